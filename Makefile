@@ -1,0 +1,53 @@
+# hierbandit — the two commands of the README are `make run` and `make test`.
+# Everything is installed into ./.venv from requirements.lock; only python3.11 and make are needed.
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+UV_VERSION := 0.13.9
+PYTEST_WORKERS ?= 2
+
+.PHONY: env run test test-slow test-all bench figures lint lock clean
+
+env: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	touch $(STAMP)
+
+## the main job: a short ebm simulation, a regret table and a regret plot in results/demo
+run: env
+	$(BIN)/hierbandit demo --out results/demo
+
+## the default test suite (what CI runs)
+test: env
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q
+
+## long statistical checks only
+test-slow: env
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q -m slow
+
+test-all: env
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q -m "slow or not slow"
+
+bench: env
+	$(BIN)/python benchmarks/bench_ebm_step.py
+
+## the ebm paper's Figure 1 (both settings) and Figure 2
+figures: env
+	$(BIN)/hierbandit ebm figures --seeds 20 --horizon 5000 --out results/ebm
+
+lint: env
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+## regenerate requirements.lock from pyproject.toml
+lock: env
+	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 --no-header -o requirements.lock
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .ruff_cache

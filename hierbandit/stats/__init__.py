@@ -1,0 +1,42 @@
+"""The statistics core: sufficient statistics and exact conjugate algebra shared by every algorithm."""
+
+from .empirical_bayes import (
+    EBOptions,
+    EBResult,
+    bickel_levina_threshold,
+    empirical_bayes,
+    estimate_sigma2,
+    estimate_Sigma,
+    ols_estimates,
+    psd_project,
+    scatter_covariance,
+    threshold_covariance,
+)
+from .hierarchical import (
+    HierarchicalPosterior,
+    IncrementalHierarchicalPosterior,
+    hierarchical_posterior,
+    posterior_cross_covariances,
+    posterior_given_hyper,
+)
+from .suffstats import SuffStats, suffstats
+
+__all__ = [
+    "EBOptions",
+    "EBResult",
+    "HierarchicalPosterior",
+    "IncrementalHierarchicalPosterior",
+    "SuffStats",
+    "bickel_levina_threshold",
+    "empirical_bayes",
+    "estimate_Sigma",
+    "estimate_sigma2",
+    "hierarchical_posterior",
+    "ols_estimates",
+    "posterior_cross_covariances",
+    "posterior_given_hyper",
+    "psd_project",
+    "scatter_covariance",
+    "suffstats",
+    "threshold_covariance",
+]

@@ -1,0 +1,29 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pytest
+
+
+def snapshot(obj: Any) -> Any:
+    """A deep, comparable copy of an object's state (arrays, scalars, RNG states)."""
+    if isinstance(obj, np.random.Generator):
+        return ("Generator", copy.deepcopy(obj.bit_generator.state))
+    if isinstance(obj, np.ndarray):
+        return ("ndarray", obj.dtype.str, obj.shape, obj.tobytes())
+    if isinstance(obj, dict):
+        return {k: snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(snapshot(v) for v in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return (type(obj).__name__, snapshot(vars(obj)))
+    return copy.deepcopy(obj)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20261121)
