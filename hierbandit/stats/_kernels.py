@@ -336,25 +336,32 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
 def ols_all(G, b, ridge, rank_tol, B, ok):
     """Per-instance OLS β̂ = (G + ridge I)⁻¹ b where G is numerically full rank.
 
-    ``ok[j]`` is True when T_j ≥ d rows gave λ_min(G_j) > rank_tol · trace(G_j).
+    ``ok[j]`` is True when the Cholesky factorisation of G_j + ridge I succeeds and
+    1 / trace((G_j + ridge I)⁻¹) > rank_tol · trace(G_j + ridge I). The left side lies within a
+    factor d of λ_min, so this is a scale-free test of the smallest eigenvalue against the
+    overall size of G_j, computed from the factorisation the solve needs anyway.
     """
     N, d = b.shape
     Gr = np.empty((d, d))
     Ginv = np.empty((d, d))
+    L = np.empty((d, d))
     for j in range(N):
         tr = 0.0
         for i in range(d):
-            tr += G[j, i, i]
+            tr += G[j, i, i] + ridge
         ok[j] = False
         if tr <= 0.0:
             continue
         for i in range(d):
             for k in range(d):
                 Gr[i, k] = 0.5 * (G[j, i, k] + G[j, k, i]) + (ridge if i == k else 0.0)
-        w = np.linalg.eigvalsh(Gr)
-        if w[0] <= rank_tol * (tr + d * ridge):
+        if not cholesky_lower(Gr, L):
             continue
-        if not spd_inverse(Gr, Ginv):
+        spd_inverse(Gr, Ginv)
+        tri = 0.0
+        for i in range(d):
+            tri += Ginv[i, i]
+        if not (tri > 0.0 and 1.0 / tri > rank_tol * tr):
             continue
         for i in range(d):
             s = 0.0
@@ -430,12 +437,14 @@ def bickel_levina_cv(B, normalization, threshold_diagonal, uniforms, grid, risk)
     """Random-split cross-validation of the hard threshold (Bickel & Levina 2008, §4).
 
     ``B`` holds the n usable OLS vectors; split r puts the n₂ = ⌊n / log n⌋ rows with the smallest
-    ``uniforms[r]`` in the validation half. ``risk[g]`` receives the mean Frobenius loss of
-    threshold ``grid[g]``. Returns the index of the smallest threshold attaining the minimum, or
-    0 (no thresholding) when either half would hold fewer than two vectors.
+    ``uniforms[r]`` in the validation half (the order of ``argsort(uniforms[r])``). ``risk[g]``
+    receives the mean Frobenius loss ‖T_γ(Ŝ₁) − Ŝ₂‖²_F of threshold ``grid[g]``. Returns the index
+    of the smallest threshold attaining the minimum, or 0 (no thresholding) when either half would
+    hold fewer than two vectors.
     """
     n, d = B.shape
-    for g in range(grid.shape[0]):
+    G = grid.shape[0]
+    for g in range(G):
         risk[g] = 0.0
     if n < 2:
         return 0
@@ -443,17 +452,68 @@ def bickel_levina_cv(B, normalization, threshold_diagonal, uniforms, grid, risk)
     n1 = n - n2
     if n1 < 2 or n2 < 2:
         return 0
+    # centre the rows (covariances are shift invariant; this avoids cancellation below)
+    Bc = np.empty((n, d))
+    for i in range(d):
+        m = 0.0
+        for t in range(n):
+            m += B[t, i]
+        m /= n
+        for t in range(n):
+            Bc[t, i] = B[t, i] - m
+    f1 = _norm_factor(n1, normalization)
+    f2 = _norm_factor(n2, normalization)
     R = uniforms.shape[0]
-    S1 = np.empty((d, d))
-    S2 = np.empty((d, d))
+    in_val = np.empty(n, dtype=np.bool_)
+    s1 = np.empty(d)
+    s2 = np.empty(d)
+    O1 = np.empty((d, d))
+    O2 = np.empty((d, d))
     for rr in range(R):
-        order = np.argsort(uniforms[rr, :n])
-        scatter_cov(B, order[n2:], normalization, S1)
-        scatter_cov(B, order[:n2], normalization, S2)
-        for g in range(grid.shape[0]):
-            risk[g] += threshold_loss(S1, S2, grid[g], threshold_diagonal)
+        u = uniforms[rr]
+        for t in range(n):
+            rank = 0
+            ut = u[t]
+            for s in range(n):
+                us = u[s]
+                if us < ut or (us == ut and s < t):
+                    rank += 1
+            in_val[t] = rank < n2
+        for i in range(d):
+            s1[i] = 0.0
+            s2[i] = 0.0
+            for k in range(i, d):
+                O1[i, k] = 0.0
+                O2[i, k] = 0.0
+        for t in range(n):
+            if in_val[t]:
+                for i in range(d):
+                    v = Bc[t, i]
+                    s2[i] += v
+                    for k in range(i, d):
+                        O2[i, k] += v * Bc[t, k]
+            else:
+                for i in range(d):
+                    v = Bc[t, i]
+                    s1[i] += v
+                    for k in range(i, d):
+                        O1[i, k] += v * Bc[t, k]
+        for i in range(d):
+            for k in range(i, d):
+                a1 = (O1[i, k] - s1[i] * s1[k] / n1) * f1
+                a2 = (O2[i, k] - s2[i] * s2[k] / n2) * f2
+                w = 1.0 if i == k else 2.0
+                thresholdable = i != k or threshold_diagonal
+                e_keep = (a1 - a2) * (a1 - a2) * w
+                e_drop = a2 * a2 * w
+                aa = abs(a1)
+                for g in range(G):
+                    if thresholdable and aa < grid[g]:
+                        risk[g] += e_drop
+                    else:
+                        risk[g] += e_keep
     best = 0
-    for g in range(grid.shape[0]):
+    for g in range(G):
         risk[g] /= R
         if risk[g] < risk[best]:
             best = g

@@ -63,7 +63,8 @@ class EBOptions:
     ols_ridge : float
         Ridge added to G_j in the per-instance OLS (default 0, plain OLS).
     rank_tol : float
-        An instance counts as full rank when λ_min(G_j) > rank_tol · trace(G_j).
+        An instance counts as full rank when 1/trace(G_j⁻¹) — within a factor d of λ_min(G_j) —
+        exceeds rank_tol · trace(G_j).
     debias_ols_noise : bool
         Subtract σ̂² · mean_j G_j⁻¹ (the OLS sampling noise) from the scatter before thresholding.
     estimate_Sigma, estimate_sigma2 : bool
