@@ -1,0 +1,15 @@
+"""Experiments: simulate policies against environments over seeds, summarise and plot regret.
+
+matplotlib is imported only when a plotting function is called.
+"""
+
+from .plotting import plot_cumulative_regret, plot_regret_panels
+from .simulate import cumulative_regret, regret_table, simulate
+
+__all__ = [
+    "cumulative_regret",
+    "plot_cumulative_regret",
+    "plot_regret_panels",
+    "regret_table",
+    "simulate",
+]
