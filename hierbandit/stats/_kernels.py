@@ -334,35 +334,40 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
 
 @njit(**_JIT)
 def ols_all(G, b, ridge, rank_tol, B, ok):
-    """Per-instance OLS β̂ = (G + ridge I)⁻¹ b where G is numerically full rank.
+    """Per-instance OLS β̂ = (G + ridge I)⁻¹ b where G itself is numerically full rank.
 
-    ``ok[j]`` is True when the Cholesky factorisation of G_j + ridge I succeeds and
-    1 / trace((G_j + ridge I)⁻¹) > rank_tol · trace(G_j + ridge I). The left side lies within a
-    factor d of λ_min, so this is a scale-free test of the smallest eigenvalue against the
-    overall size of G_j, computed from the factorisation the solve needs anyway.
+    ``ok[j]`` is True when the Cholesky factorisation of G_j succeeds and
+    1 / trace(G_j⁻¹) > rank_tol · trace(G_j). The left side lies within a factor d of λ_min(G_j),
+    so this is a scale-free test of the smallest eigenvalue against the overall size of G_j. The
+    ridge (spec §3.2 ``ols_ridge``) only regularises the solve; it never makes a rank-deficient
+    instance (T_j < d) count.
     """
     N, d = b.shape
-    Gr = np.empty((d, d))
+    Gs = np.empty((d, d))
     Ginv = np.empty((d, d))
     L = np.empty((d, d))
     for j in range(N):
+        ok[j] = False
         tr = 0.0
         for i in range(d):
-            tr += G[j, i, i] + ridge
-        ok[j] = False
+            tr += G[j, i, i]
         if tr <= 0.0:
             continue
         for i in range(d):
             for k in range(d):
-                Gr[i, k] = 0.5 * (G[j, i, k] + G[j, k, i]) + (ridge if i == k else 0.0)
-        if not cholesky_lower(Gr, L):
+                Gs[i, k] = 0.5 * (G[j, i, k] + G[j, k, i])
+        if not cholesky_lower(Gs, L):
             continue
-        spd_inverse(Gr, Ginv)
+        spd_inverse(Gs, Ginv)
         tri = 0.0
         for i in range(d):
             tri += Ginv[i, i]
         if not (tri > 0.0 and 1.0 / tri > rank_tol * tr):
             continue
+        if ridge > 0.0:
+            for i in range(d):
+                Gs[i, i] += ridge
+            spd_inverse(Gs, Ginv)
         for i in range(d):
             s = 0.0
             for k in range(d):
@@ -419,11 +424,18 @@ def threshold_loss(S1, S2, gamma, threshold_diagonal):
 
 @njit(**_JIT)
 def threshold_grid(S, threshold_diagonal):
-    """Candidate thresholds {0} ∪ {|s_il|} in increasing order (i < l; diagonal too if thresholded)."""
+    """Candidate thresholds {0} ∪ {|s_il|} ∪ {∞} in increasing order (i < l; diagonal too if
+    thresholded).
+
+    Entries with |s| ≥ γ are kept, so γ = |s_il| keeps s_il; the final candidate ∞ zeroes every
+    thresholdable entry (a diagonal Σ̂ when the diagonal is kept), which the paper's rule must be
+    able to choose.
+    """
     d = S.shape[0]
     m = d * (d - 1) // 2 + (d if threshold_diagonal else 0)
-    vals = np.empty(m + 1)
+    vals = np.empty(m + 2)
     vals[0] = 0.0
+    vals[m + 1] = np.inf
     c = 1
     for i in range(d):
         for k in range(i + 1 if not threshold_diagonal else i, d):
@@ -581,6 +593,14 @@ def estimate_Sigma(
             c += 1
     S = np.empty((d, d))
     scatter_cov(Be, np.arange(n_eff), normalization, S)
+    gamma = 0.0
+    if threshold_mode == 1:
+        gamma = gamma_fixed
+    elif threshold_mode == 0:
+        # the threshold is cross-validated on the plain covariance of the OLS vectors
+        grid = threshold_grid(S, threshold_diagonal)
+        risk = np.empty(grid.shape[0])
+        gamma = grid[bickel_levina_cv(Be, normalization, threshold_diagonal, uniforms, grid, risk)]
     if debias:
         # subtract σ̂² · mean_j G_j⁻¹ (method-of-moments correction of the OLS sampling noise)
         Gr = np.empty((d, d))
@@ -594,13 +614,6 @@ def estimate_Sigma(
             for i in range(d):
                 for k in range(d):
                     S[i, k] -= sigma2 * Gi[i, k] / n_eff
-    gamma = 0.0
-    if threshold_mode == 1:
-        gamma = gamma_fixed
-    elif threshold_mode == 0:
-        grid = threshold_grid(S, threshold_diagonal)
-        risk = np.empty(grid.shape[0])
-        gamma = grid[bickel_levina_cv(Be, normalization, threshold_diagonal, uniforms, grid, risk)]
     T = np.empty((d, d))
     apply_threshold(S, gamma, threshold_diagonal, T)
     psd_floor(T, eig_floor, Sigma_out)

@@ -151,6 +151,20 @@ def _stats_arrays(G: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
     return G, b
 
 
+def _check_counts(q: Any, n: Any, N: int) -> tuple[np.ndarray, np.ndarray]:
+    q = np.ascontiguousarray(q, dtype=float)
+    n_arr = np.asarray(n)
+    if q.shape != (N,):
+        raise ValueError(f"q must have shape ({N},), got {q.shape}")
+    if n_arr.shape != (N,):
+        raise ValueError(f"n must have shape ({N},), got {n_arr.shape}")
+    if not np.all(np.isfinite(q)) or np.any(q < 0):
+        raise ValueError("q must be finite and non-negative")
+    if n_arr.dtype.kind not in "iu" or np.any(n_arr < 0):
+        raise ValueError("n must hold non-negative integer counts")
+    return q, np.ascontiguousarray(n_arr, dtype=np.int64)
+
+
 def ols_estimates(G: Any, b: Any, *, ridge: float = 0.0, rank_tol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
     """Per-instance OLS estimates and a mask of instances whose design is numerically full rank.
 
@@ -194,7 +208,7 @@ def bickel_levina_threshold(
     """Cross-validated hard threshold for the covariance of the rows of ``B``.
 
     Bickel & Levina's resampling rule: split the n rows at random into n₁ = n − ⌊n/log n⌋ and
-    n₂ = ⌊n/log n⌋, and choose γ in {0} ∪ {|s_il|} minimising the mean over ``n_splits`` splits of
+    n₂ = ⌊n/log n⌋, and choose γ in {0} ∪ {|s_il|} ∪ {∞} minimising the mean over ``n_splits`` splits of
     ‖T_γ(Ŝ₁) − Ŝ₂‖²_F (ties to the smallest γ). With n₁ < 2 or n₂ < 2 the rule cannot run and
     γ = 0.
 
@@ -206,6 +220,12 @@ def bickel_levina_threshold(
     B = np.ascontiguousarray(B, dtype=float)
     if normalization not in _NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {tuple(_NORMALIZATIONS)}, got {normalization!r}")
+    if B.ndim != 2 or B.shape[0] < 1 or B.shape[1] < 1:
+        raise ValueError(f"B must be a non-empty (n, d) array, got shape {B.shape}")
+    if not np.all(np.isfinite(B)):
+        raise ValueError("B must be finite (no NaN or inf)")
+    if isinstance(n_splits, bool) or not isinstance(n_splits, int | np.integer) or n_splits < 1:
+        raise ValueError(f"n_splits must be a positive integer, got {n_splits!r}")
     norm = _NORMALIZATIONS[normalization]
     S = np.empty((B.shape[1], B.shape[1]))
     K.scatter_cov(B, np.arange(B.shape[0]), norm, S)
@@ -254,9 +274,14 @@ def estimate_sigma2(
 ) -> float:
     """Pooled residual variance of the rows given posterior means ``mean`` (N, d)."""
     G, b = _stats_arrays(G, b)
-    q = np.ascontiguousarray(q, dtype=float)
-    n = np.ascontiguousarray(n, dtype=np.int64)
+    q, n = _check_counts(q, n, b.shape[0])
     mean = np.ascontiguousarray(mean, dtype=float)
+    if mean.shape != b.shape:
+        raise ValueError(f"mean must have shape {b.shape}, got {mean.shape}")
+    if not np.all(np.isfinite(mean)):
+        raise ValueError("mean must be finite")
+    sigma2_prev = check_scalar(sigma2_prev, "sigma2_prev", low=0.0, low_inclusive=False)
+    sigma2_floor = check_scalar(sigma2_floor, "sigma2_floor", low=0.0, low_inclusive=False)
     return float(K.estimate_sigma2(G, b, q, n, mean, float(sigma2_prev), float(sigma2_floor)))
 
 
@@ -280,10 +305,7 @@ def empirical_bayes(
     options = options or EBOptions()
     G, b = _stats_arrays(G, b)
     N, d = b.shape
-    q = np.ascontiguousarray(q, dtype=float)
-    n = np.ascontiguousarray(n, dtype=np.int64)
-    if q.shape != (N,) or n.shape != (N,):
-        raise ValueError(f"q and n must have shape ({N},)")
+    q, n = _check_counts(q, n, N)
     lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
     sigma2_init = check_scalar(sigma2_init, "sigma2_init", low=0.0, low_inclusive=False)
     Sigma_prev = np.eye(d) if Sigma_init is None else check_covariance(Sigma_init, d, "Sigma_init")
