@@ -7,6 +7,6 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
     __version__ = "0.0.0"
 
-from . import stats  # noqa: E402
+from . import stats
 
 __all__ = ["__version__", "stats"]

@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "check_index",
-    "check_vector",
-    "check_matrix",
-    "check_scalar",
-    "check_positive_int",
-    "check_covariance",
-    "check_choice",
     "as_generator",
+    "check_choice",
+    "check_covariance",
+    "check_index",
+    "check_matrix",
+    "check_positive_int",
+    "check_scalar",
+    "check_vector",
 ]
 
 

@@ -24,7 +24,7 @@ from ..envs import HierarchicalLinearEnv
 from ..policies import EbmTS, EbmUCB, Policy
 from .simulate import regret_table, simulate
 
-__all__ = ["SETTINGS", "POLICY_NAMES", "make_policies", "make_env", "run_setting", "write_results"]
+__all__ = ["POLICY_NAMES", "SETTINGS", "make_env", "make_policies", "run_setting", "write_results"]
 
 POLICY_NAMES = ("EbmTS", "EbmUCB", "LinTS", "LinUCB", "OLSBandit", "RMBandit")
 

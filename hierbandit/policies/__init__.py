@@ -2,5 +2,21 @@
 
 from .base import Policy, hyperparameter_dataset, posterior_dataset
 from .ebm import EbmPolicy, EbmTS, EbmUCB
+from .linear import LinTS, LinUCB, OLSBandit, forced_sampling_arm, forced_sampling_schedule
+from .rmbandit import RMBandit, rm_estimate
 
-__all__ = ["EbmPolicy", "EbmTS", "EbmUCB", "Policy", "hyperparameter_dataset", "posterior_dataset"]
+__all__ = [
+    "EbmPolicy",
+    "EbmTS",
+    "EbmUCB",
+    "LinTS",
+    "LinUCB",
+    "OLSBandit",
+    "Policy",
+    "RMBandit",
+    "forced_sampling_arm",
+    "forced_sampling_schedule",
+    "hyperparameter_dataset",
+    "posterior_dataset",
+    "rm_estimate",
+]

@@ -24,7 +24,7 @@ from .._validation import (
     check_vector,
 )
 
-__all__ = ["Policy", "posterior_dataset", "hyperparameter_dataset"]
+__all__ = ["Policy", "hyperparameter_dataset", "posterior_dataset"]
 
 
 def _coords(n_arms: int, n_instances: int | None, n_features: int) -> dict[str, np.ndarray]:

@@ -5,8 +5,8 @@ from .empirical_bayes import (
     EBResult,
     bickel_levina_threshold,
     empirical_bayes,
-    estimate_sigma2,
     estimate_Sigma,
+    estimate_sigma2,
     ols_estimates,
     psd_project,
     scatter_covariance,
@@ -19,6 +19,7 @@ from .hierarchical import (
     posterior_cross_covariances,
     posterior_given_hyper,
 )
+from .ridge import OLSStats, RidgeStats, ols_solve
 from .suffstats import SuffStats, suffstats
 
 __all__ = [
@@ -26,6 +27,8 @@ __all__ = [
     "EBResult",
     "HierarchicalPosterior",
     "IncrementalHierarchicalPosterior",
+    "OLSStats",
+    "RidgeStats",
     "SuffStats",
     "bickel_levina_threshold",
     "empirical_bayes",
@@ -33,6 +36,7 @@ __all__ = [
     "estimate_sigma2",
     "hierarchical_posterior",
     "ols_estimates",
+    "ols_solve",
     "posterior_cross_covariances",
     "posterior_given_hyper",
     "psd_project",

@@ -23,14 +23,14 @@ from .hierarchical import HierarchicalPosterior, _posterior_from_stats
 __all__ = [
     "EBOptions",
     "EBResult",
-    "ols_estimates",
-    "scatter_covariance",
-    "threshold_covariance",
     "bickel_levina_threshold",
-    "psd_project",
+    "empirical_bayes",
     "estimate_Sigma",
     "estimate_sigma2",
-    "empirical_bayes",
+    "ols_estimates",
+    "psd_project",
+    "scatter_covariance",
+    "threshold_covariance",
 ]
 
 _NORMALIZATIONS = {"n-1": 0, "n": 1, "none": 2}

@@ -25,10 +25,10 @@ from .suffstats import suffstats
 
 __all__ = [
     "HierarchicalPosterior",
-    "posterior_given_hyper",
+    "IncrementalHierarchicalPosterior",
     "hierarchical_posterior",
     "posterior_cross_covariances",
-    "IncrementalHierarchicalPosterior",
+    "posterior_given_hyper",
 ]
 
 

@@ -17,9 +17,11 @@ Rank-one updates accumulate rounding error; every unit is recomputed exactly fro
 after each ``recompute_every`` of its own updates, and :meth:`RidgeStats.recompute` does it on
 demand.
 
-:func:`ols_solve` is the least-squares counterpart used by the forced-sampling bandits
-(Goldenshluger & Zeevi 2013; Bastani & Bayati 2020): the exact OLS solution G⁻¹b once G is
-numerically full rank, and the tiny-ridge solution (G + ridge·I)⁻¹b before that.
+:func:`ols_solve` and :class:`OLSStats` are the least-squares counterpart used by the
+forced-sampling bandits (Goldenshluger & Zeevi 2013; Bastani & Bayati 2020) and by the first step
+of the robust multitask estimator: the exact OLS solution G⁻¹b once G is numerically full rank,
+and the tiny-ridge solution (G + ridge·I)⁻¹b before that, refitted by one d×d Cholesky solve
+whenever a unit receives a row.
 """
 
 from __future__ import annotations
@@ -219,7 +221,8 @@ def ols_solve(G: Any, b: Any, n: Any, ridge: float = 1e-6) -> tuple[np.ndarray, 
     ridge = check_scalar(ridge, "ridge", low=0.0, low_inclusive=False)
     out = np.zeros((U, d))
     full = np.zeros(U, dtype=np.bool_)
-    ols_solve_all(np.ascontiguousarray(G), np.ascontiguousarray(b), n.astype(np.int64), ridge, out, full)
+    G, b = np.ascontiguousarray(G), np.ascontiguousarray(b)
+    ols_solve_all(G, b, n.astype(np.int64), ridge, out, full)
     return out, full
 
 

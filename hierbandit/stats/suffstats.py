@@ -8,7 +8,7 @@ import numpy as np
 
 from .._validation import check_matrix, check_positive_int
 
-__all__ = ["SuffStats", "suffstats", "check_regression_data"]
+__all__ = ["SuffStats", "check_regression_data", "suffstats"]
 
 
 class SuffStats(NamedTuple):
