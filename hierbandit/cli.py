@@ -36,7 +36,9 @@ def _print_table(ds, instance: int = 0) -> None:
     table.add_column(f"instance {instance} regret (mean ± s.e.)", justify="right")
     for pol in overall.sort_values("mean").index:
         o, i = overall.loc[pol], inst.loc[pol]
-        table.add_row(str(pol), f"{o['mean']:.1f} ± {o['se']:.1f}", f"{i['mean']:.1f} ± {i['se']:.1f}")
+        table.add_row(
+            str(pol), f"{o['mean']:.1f} ± {o['se']:.1f}", f"{i['mean']:.1f} ± {i['se']:.1f}"
+        )
     Console().print(table)
 
 
@@ -64,16 +66,25 @@ def ebm_figures(
     seed: Seed = 0,
     setting: Annotated[
         list[str] | None,
-        typer.Option("--setting", help="fig1-balanced, fig1-data-poor, fig2-sparse (default: all)."),
+        typer.Option(
+            "--setting", help="fig1-balanced, fig1-data-poor, fig2-sparse (default: all)."
+        ),
     ] = None,
 ) -> None:
     """Reproduce the ebm paper's Figure 1 (both settings) and Figure 2."""
-    from .experiments.ebm import SETTINGS, run_setting, write_results
+    from .experiments.ebm import FIGURE_POLICY_NAMES, SETTINGS, run_setting, write_results
 
     for name in setting or list(SETTINGS):
         if name not in SETTINGS:
             raise typer.BadParameter(f"unknown setting {name!r}; choose from {list(SETTINGS)}")
-        ds = run_setting(name, n_seeds=seeds, horizon=horizon, seed=seed, progress=True)
+        ds = run_setting(
+            name,
+            n_seeds=seeds,
+            horizon=horizon,
+            seed=seed,
+            policies=FIGURE_POLICY_NAMES,
+            progress=True,
+        )
         paths = write_results(ds, out, name)
         _print_table(ds)
         typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
