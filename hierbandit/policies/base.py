@@ -145,10 +145,15 @@ class Policy(ABC):
             if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
         }
 
-    def clone(self, rng: Any = None) -> Policy:
-        """A fresh, untrained policy with the same configuration and a new ``rng``."""
+    def clone(self, rng: Any = "same") -> Policy:
+        """A fresh, untrained policy with the same configuration.
+
+        ``rng="same"`` (default) reuses the original ``rng`` argument, so a policy built from an
+        int seed clones into an identical one; pass a seed or Generator for new randomness.
+        """
         params = self.get_params()
-        params["rng"] = rng
+        if not (isinstance(rng, str) and rng == "same"):
+            params["rng"] = rng
         return type(self)(**params)
 
     def __repr__(self) -> str:

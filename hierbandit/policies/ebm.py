@@ -40,7 +40,8 @@ __all__ = ["EbmPolicy", "EbmTS", "EbmUCB"]
 
 
 class EbmPolicy(Policy):
-    """Shared machinery of :class:`EbmTS` and :class:`EbmUCB`.
+    """Shared machinery of :class:`EbmTS` and :class:`EbmUCB` (the class attribute
+    ``exploration`` selects the index rule).
 
     Parameters
     ----------
@@ -50,11 +51,10 @@ class EbmPolicy(Policy):
         Precision λ of the N(0, λ⁻¹I) hyperprior on each arm's shared mean (paper §7).
     a : float, default 0.1
         Exploration scale, α_t = a·√(log t) (paper §5, §7).
-    exploration : {"ucb", "ts"}
-        Index rule; fixed by the subclasses.
     hyper_update_every : int, default 1
         Re-estimate (Σ̂_k, σ̂²_k) every m-th pull of arm k. 1 is the paper (Algorithm 1, line 11);
-        in between, exact rank-one updates with the hyperparameters held fixed.
+        in between, exact rank-one updates with the hyperparameters held fixed. When
+        ``eb_options`` freezes both hyperparameters every update is a rank-one update.
     forced_init : {"global", "per_instance"}, default "global"
         "global" is Algorithm 1 line 9 as printed (rounds t ≤ K pull arm t, whichever instance
         arrives); "per_instance" cycles through the arms on each instance's first K arrivals.
@@ -131,6 +131,8 @@ class EbmPolicy(Policy):
             bool(eb_options.estimate_Sigma), bool(eb_options.estimate_sigma2),
         )
         self._need_uniforms = eb_options.threshold == "cv" and eb_options.estimate_Sigma
+        # with both hyperparameters frozen every update takes the O(d²) rank-one path
+        self._estimates_any = eb_options.estimate_Sigma or eb_options.estimate_sigma2
         # sufficient statistics per (arm, instance)
         self.G = np.zeros((Kn, N, d, d))
         self.b = np.zeros((Kn, N, d))
@@ -213,7 +215,7 @@ class EbmPolicy(Policy):
         self.pulls[k] += 1
         self.q[k, j] += y * y
         self.n_obs[k, j] += 1
-        if self.pulls[k] % self.hyper_update_every == 0:
+        if self._estimates_any and self.pulls[k] % self.hyper_update_every == 0:
             G, b = self.G[k, j], self.b[k, j]
             G += np.multiply.outer(x, x)
             b += x * y

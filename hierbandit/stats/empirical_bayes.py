@@ -177,21 +177,44 @@ def ols_estimates(G: Any, b: Any, *, ridge: float = 0.0, rank_tol: float = 1e-10
     return B, ok
 
 
+def _check_rows(B: Any) -> np.ndarray:
+    B = np.ascontiguousarray(B, dtype=float)
+    if B.ndim != 2 or B.shape[0] < 1 or B.shape[1] < 1:
+        raise ValueError(f"B must be a non-empty (n, d) array, got shape {B.shape}")
+    if not np.all(np.isfinite(B)):
+        raise ValueError("B must be finite (no NaN or inf)")
+    return B
+
+
+def _check_square(S: Any, name: str = "S") -> np.ndarray:
+    S = np.ascontiguousarray(S, dtype=float)
+    if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] < 1:
+        raise ValueError(f"{name} must be a square (d, d) matrix, got shape {S.shape}")
+    if not np.all(np.isfinite(S)):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return S
+
+
 def scatter_covariance(B: Any, normalization: str = "n-1") -> np.ndarray:
     """Scatter matrix Σ_j β_jβ_jᵀ − (1/n)(Σ_j β_j)(Σ_j β_j)ᵀ of the rows of ``B``, normalised."""
-    B = np.ascontiguousarray(B, dtype=float)
     if normalization not in _NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {tuple(_NORMALIZATIONS)}, got {normalization!r}")
-    if B.ndim != 2 or B.shape[0] < 1:
-        raise ValueError("B must be a non-empty (n, d) array")
+    B = _check_rows(B)
     S = np.empty((B.shape[1], B.shape[1]))
     K.scatter_cov(B, np.arange(B.shape[0]), _NORMALIZATIONS[normalization], S)
     return S
 
 
 def threshold_covariance(S: Any, gamma: float, *, threshold_diagonal: bool = False) -> np.ndarray:
-    """Hard thresholding s_il · 1(|s_il| ≥ γ) (Bickel & Levina), diagonal kept by default."""
-    S = np.ascontiguousarray(S, dtype=float)
+    """Hard thresholding s_il · 1(|s_il| ≥ γ) (Bickel & Levina), diagonal kept by default.
+
+    ``gamma`` may be ``inf`` (keep only the unthresholded entries).
+    """
+    S = _check_square(S)
+    if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.floating | np.integer):
+        raise TypeError(f"gamma must be a number, got {type(gamma).__name__}")
+    if not gamma >= 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
     out = np.empty_like(S)
     K.apply_threshold(S, float(gamma), bool(threshold_diagonal), out)
     return out
@@ -217,13 +240,9 @@ def bickel_levina_threshold(
     gamma, grid, risk
         The chosen threshold, the candidate grid and the cross-validated risk of each candidate.
     """
-    B = np.ascontiguousarray(B, dtype=float)
     if normalization not in _NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {tuple(_NORMALIZATIONS)}, got {normalization!r}")
-    if B.ndim != 2 or B.shape[0] < 1 or B.shape[1] < 1:
-        raise ValueError(f"B must be a non-empty (n, d) array, got shape {B.shape}")
-    if not np.all(np.isfinite(B)):
-        raise ValueError("B must be finite (no NaN or inf)")
+    B = _check_rows(B)
     if isinstance(n_splits, bool) or not isinstance(n_splits, int | np.integer) or n_splits < 1:
         raise ValueError(f"n_splits must be a positive integer, got {n_splits!r}")
     norm = _NORMALIZATIONS[normalization]
@@ -238,7 +257,8 @@ def bickel_levina_threshold(
 
 def psd_project(S: Any, eig_floor: float = 1e-6) -> np.ndarray:
     """Symmetrise ``S`` and clip its eigenvalues at ``eig_floor``."""
-    S = np.ascontiguousarray(S, dtype=float)
+    S = _check_square(S)
+    eig_floor = check_scalar(eig_floor, "eig_floor", low=0.0)
     out = np.empty_like(S)
     K.psd_floor(S, float(eig_floor), out)
     return out

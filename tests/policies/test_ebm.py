@@ -288,3 +288,29 @@ def test_learns_an_easy_problem(rng):
         p.update(j, x, k, float(means[k] + rng.normal()))
     regret = np.array(regret)
     assert regret[-500:].mean() < 0.2 * regret[:100].mean()
+
+
+def test_frozen_hyperparameters_take_the_rank_one_path(rng):
+    """With both hyperparameters frozen no pull re-estimates (exact rank-one updates only)."""
+    opts = EBOptions(estimate_Sigma=False, estimate_sigma2=False)
+    p = EbmTS(N, K, D, eb_options=opts, rng=0)
+    calls = []
+    p._reestimate_arm = lambda k: calls.append(k)  # type: ignore[method-assign]
+    rows = _feed(p, rng, 100)
+    assert calls == []
+    post = p.posterior()
+    for k in range(K):
+        X, y, inst = _arm_rows(rows, k)
+        st = suffstats(X, y, inst, N)
+        ref = posterior_given_hyper(st.G, st.b, np.eye(D), 1.0, p.lam)
+        np.testing.assert_allclose(post["mean"].values[k], ref.mean, rtol=1e-8, atol=1e-10)
+
+
+def test_clone_with_int_seed_reproduces():
+    p = EbmTS(N, K, D, rng=5)
+    a, b = p.clone(), p.clone()
+    x = np.ones(D)
+    for _ in range(K):
+        a.update(0, x, a.select(0, x), 0.0)
+        b.update(0, x, b.select(0, x), 0.0)
+    assert [a.select(1, x) for _ in range(20)] == [b.select(1, x) for _ in range(20)]

@@ -707,3 +707,20 @@ def test_bickel_levina_threshold_validation():
     B[3, 1] = np.nan
     with pytest.raises(ValueError, match="B"):
         bickel_levina_threshold(B)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: threshold_covariance(np.ones((2, 3)), 0.1), "S"),
+        (lambda: threshold_covariance(np.eye(2), -0.1), "gamma"),
+        (lambda: threshold_covariance(np.eye(2), "x"), "gamma"),
+        (lambda: psd_project(np.ones((3, 2))), "S"),
+        (lambda: psd_project(np.eye(2), -1.0), "eig_floor"),
+        (lambda: scatter_covariance(np.array([[1.0, np.nan], [0.0, 1.0]])), "B"),
+        (lambda: scatter_covariance(np.ones(3)), "B"),
+    ],
+)
+def test_low_level_helpers_validate(call, name):
+    with pytest.raises((ValueError, TypeError), match=name):
+        call()
