@@ -59,7 +59,9 @@ def main() -> None:
     early = slice(1_000, 2_000)
     late = slice(args.steps - 1_000, args.steps)
     print(f"N={N} K={K} d={d}, {args.steps} steps, public select+update, median µs per step")
-    print(f"{'policy':<18}{'re-estimate':>12}{'overall':>10}{'early':>10}{'late':>10}{'late/early':>12}")
+    print(
+        f"{'policy':<18}{'re-estimate':>12}{'overall':>10}{'early':>10}{'late':>10}{'late/early':>12}"
+    )
     baseline = None
     rows = []
     for name, cls, kw in configs:

@@ -67,7 +67,9 @@ def check_vector(value: Any, length: int, name: str) -> np.ndarray:
 def check_matrix(value: Any, shape: tuple[int | None, int | None], name: str) -> np.ndarray:
     """Return a finite float64 copy of a 2-D array; ``None`` in ``shape`` means any length."""
     arr = _as_float_array(value, name)
-    if arr.ndim != 2 or any(s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)):
+    if arr.ndim != 2 or any(
+        s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)
+    ):
         want = tuple("any" if s is None else s for s in shape)
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
     if not np.all(np.isfinite(arr)):
@@ -131,7 +133,9 @@ def check_covariance(value: Any, d: int, name: str, *, batch: int | None = None)
     eig = np.linalg.eigvalsh(arr)
     top = np.max(np.abs(eig), axis=-1, keepdims=True) if eig.size else np.ones(1)
     if np.any(eig < -1e-10 * np.maximum(1.0, top)):
-        raise ValueError(f"{name} must be positive semi-definite (smallest eigenvalue {eig.min():.3g})")
+        raise ValueError(
+            f"{name} must be positive semi-definite (smallest eigenvalue {eig.min():.3g})"
+        )
     return arr
 
 

@@ -115,8 +115,10 @@ class EbmPolicy(Policy):
         self.eb_options = eb_options
         self.Sigma_init = Sigma_init
         self.sigma2_init = sigma2_init
-        Sigma0 = np.broadcast_to(np.eye(d), (Kn, d, d)).copy() if Sigma_init is None else (
-            check_covariance(Sigma_init, d, "Sigma_init", batch=Kn)
+        Sigma0 = (
+            np.broadcast_to(np.eye(d), (Kn, d, d)).copy()
+            if Sigma_init is None
+            else (check_covariance(Sigma_init, d, "Sigma_init", batch=Kn))
         )
         s2 = np.asarray(sigma2_init, dtype=float) if not isinstance(sigma2_init, str) else None
         if s2 is None or s2.ndim > 1 or (s2.ndim == 1 and s2.shape != (Kn,)):
@@ -127,8 +129,11 @@ class EbmPolicy(Policy):
         self._ts_rng, self._cv_rng = self._streams[1], self._streams[2]
         self._literal_44 = self.mean_formula == "4.4-literal"
         self._eb_args = (
-            *eb_options._kernel, float(eb_options.sigma2_floor), int(eb_options.eb_iters),
-            bool(eb_options.estimate_Sigma), bool(eb_options.estimate_sigma2),
+            *eb_options._kernel,
+            float(eb_options.sigma2_floor),
+            int(eb_options.eb_iters),
+            bool(eb_options.estimate_Sigma),
+            bool(eb_options.estimate_sigma2),
         )
         self._need_uniforms = eb_options.threshold == "cv" and eb_options.estimate_Sigma
         # with both hyperparameters frozen every update takes the O(d²) rank-one path
@@ -162,20 +167,44 @@ class EbmPolicy(Policy):
     def _recompute_arm(self, k: int) -> None:
         """Posterior of arm k from its sufficient statistics with the current hyperparameters."""
         K.arm_posterior(
-            self.G[k], self.b[k], self.Sigma[k], self.sigma2[k], self.lam, self._Ct[k],
-            self._A[k], self._P[k], self._r[k], self._Phi[k], self._beta0[k],
+            self.G[k],
+            self.b[k],
+            self.Sigma[k],
+            self.sigma2[k],
+            self.lam,
+            self._Ct[k],
+            self._A[k],
+            self._P[k],
+            self._r[k],
+            self._Phi[k],
+            self._beta0[k],
         )
         self._rank_one_count[k] = 0
 
     def _reestimate_arm(self, k: int) -> None:
         """Empirical-Bayes step of spec §3.5 for arm k: Σ̂, σ̂², posterior."""
-        U = self._cv_rng.random((self.eb_options.cv_splits, self.n_instances)) if (
-            self._need_uniforms
-        ) else _NO_UNIFORMS
+        U = (
+            self._cv_rng.random((self.eb_options.cv_splits, self.n_instances))
+            if (self._need_uniforms)
+            else _NO_UNIFORMS
+        )
         sigma2, gamma, n_eff, _ = K.reestimate_arm(
-            self.G[k], self.b[k], self.q[k], self.n_obs[k], self.lam, self.sigma2[k],
-            self.Sigma[k].copy(), *self._eb_args[:9], U, *self._eb_args[9:],
-            self.Sigma[k], self._Ct[k], self._A[k], self._P[k], self._r[k], self._Phi[k],
+            self.G[k],
+            self.b[k],
+            self.q[k],
+            self.n_obs[k],
+            self.lam,
+            self.sigma2[k],
+            self.Sigma[k].copy(),
+            *self._eb_args[:9],
+            U,
+            *self._eb_args[9:],
+            self.Sigma[k],
+            self._Ct[k],
+            self._A[k],
+            self._P[k],
+            self._r[k],
+            self._Phi[k],
             self._beta0[k],
         )
         self.sigma2[k] = sigma2
@@ -195,8 +224,17 @@ class EbmPolicy(Policy):
 
     def _scores(self, j: int, x: np.ndarray) -> np.ndarray:
         K.score_arms(
-            x, j, self._Ct, self._A, self.b, self._beta0, self._Phi, self.sigma2,
-            self._literal_44, self._mu, self._tau,
+            x,
+            j,
+            self._Ct,
+            self._A,
+            self.b,
+            self._beta0,
+            self._Phi,
+            self.sigma2,
+            self._literal_44,
+            self._mu,
+            self._tau,
         )
         alpha = self._alpha(j)
         if self.exploration == "ucb":
@@ -222,8 +260,17 @@ class EbmPolicy(Policy):
             self._reestimate_arm(k)
         else:
             K.rank_one_update(
-                x, y, self.G[k, j], self.b[k, j], self._Ct[k, j], self._A[k, j], self._P[k],
-                self._r[k], self._Phi[k], self._beta0[k], self.sigma2[k],
+                x,
+                y,
+                self.G[k, j],
+                self.b[k, j],
+                self._Ct[k, j],
+                self._A[k, j],
+                self._P[k],
+                self._r[k],
+                self._Phi[k],
+                self._beta0[k],
+                self.sigma2[k],
             )
             self._rank_one_count[k] += 1
             if self._rank_one_count[k] >= self.recompute_every:
@@ -237,8 +284,17 @@ class EbmPolicy(Policy):
         mu = np.empty(self.n_arms)
         tau = np.empty(self.n_arms)
         K.score_arms(
-            x, j, self._Ct, self._A, self.b, self._beta0, self._Phi, self.sigma2,
-            self._literal_44, mu, tau,
+            x,
+            j,
+            self._Ct,
+            self._A,
+            self.b,
+            self._beta0,
+            self._Phi,
+            self.sigma2,
+            self._literal_44,
+            mu,
+            tau,
         )
         return mu, tau
 
@@ -260,9 +316,15 @@ class EbmPolicy(Policy):
     def hyperparameters(self) -> xr.Dataset:
         """Current Σ̂_k, σ̂²_k, the chosen threshold γ_k and N_eff,k per arm."""
         return hyperparameter_dataset(
-            self.Sigma, self.sigma2,
-            extra={"gamma": self.gamma.copy(), "n_eff": self.n_eff.copy(), "pulls": self.pulls.copy()},
-            lam=self.lam, a=self.a,
+            self.Sigma,
+            self.sigma2,
+            extra={
+                "gamma": self.gamma.copy(),
+                "n_eff": self.n_eff.copy(),
+                "pulls": self.pulls.copy(),
+            },
+            lam=self.lam,
+            a=self.a,
         )
 
 

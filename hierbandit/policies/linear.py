@@ -33,6 +33,7 @@ from ..stats.ridge import OLSStats, RidgeStats
 from .base import Policy, hyperparameter_dataset, posterior_dataset
 
 __all__ = [
+    "ForcedSamplingBandit",
     "LinTS",
     "LinUCB",
     "OLSBandit",
@@ -395,7 +396,84 @@ class LinTS(_RidgeBandit):
 # ---------------------------------------------------------------------- OLSBandit
 
 
-class OLSBandit(Policy):
+class ForcedSamplingBandit(Policy):
+    """The forced-sampling + all-sample template (Goldenshluger & Zeevi 2013; Bastani & Bayati
+    2020) shared by :class:`OLSBandit` and :class:`~hierbandit.policies.rmbandit.RMBandit`.
+
+    Per (arm, instance) cell it keeps forced-sample and all-sample OLS statistics
+    (unit ``k * n_instances + j``) and each instance's round count. At round τ of an instance's
+    clock a forced round pulls its scheduled arm (:func:`forced_sampling_arm`); otherwise the
+    subclass scores the arms in :meth:`_exploit_scores`. A row counts as forced when the arm
+    passed to :meth:`update` is the arm forced at that round's τ.
+    """
+
+    def _init_forced_sampling(
+        self, q: Any, h: Any, ridge: Any, clock: Any, warmup_rounds: int
+    ) -> None:
+        self.q = check_positive_int(q, "q")
+        self.h = check_scalar(h, "h", low=0.0)
+        self.ridge = check_scalar(ridge, "ridge", low=0.0, low_inclusive=False)
+        self.clock = check_choice(clock, ("local", "global"), "clock")
+        self._warmup_rounds = warmup_rounds
+        units = self.n_arms * self.n_instances
+        #: forced-sample statistics, unit ``k * n_instances + j``
+        self.forced_stats = OLSStats(units, self.n_features, self.ridge)
+        #: all-sample statistics, unit ``k * n_instances + j``
+        self.all_stats = OLSStats(units, self.n_features, self.ridge)
+        #: rounds seen by each instance (its local clock is this + 1)
+        self.n_rounds = np.zeros(self.n_instances, dtype=np.int64)
+
+    def _tau(self, j: int) -> int:
+        return int(self.n_rounds[j]) + 1 if self.clock == "local" else self.t + 1
+
+    def _forced(self, j: int) -> int:
+        return _forced_arm(self._tau(j), self.n_arms, self.q, self._warmup_rounds)
+
+    def forced_arm(self, instance: int) -> int:
+        """The arm forced in ``instance``'s next round, or −1 if that round is not forced."""
+        return self._forced(check_index(instance, self.n_instances, "instance"))
+
+    def _exploit_scores(self, j: int, x: np.ndarray, out: np.ndarray) -> None:
+        """Scores of a non-forced round (−inf excludes an arm)."""
+        raise NotImplementedError
+
+    def _select(self, j: int, x: np.ndarray) -> int:
+        f = self._forced(j)
+        if f >= 0:
+            return f
+        out = np.empty(self.n_arms)
+        self._exploit_scores(j, x, out)
+        return self._argmax(out)
+
+    def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
+        u = k * self.n_instances + j
+        if self._forced(j) == k:
+            self.forced_stats._add(u, x, y)
+        self.all_stats._add(u, x, y)
+        self.n_rounds[j] += 1
+        self.t += 1
+
+    def residual_variance(self) -> np.ndarray:
+        """σ̂²_k: all-sample OLS residual variance of each arm pooled over instances, shape (K,)."""
+        return _pooled_sigma2(self.all_stats, self.n_arms, self.n_instances)
+
+    def _ols_cov(self) -> np.ndarray:
+        """σ̂²_k (G + ridge·I)⁻¹ per (arm, instance), shape (K, N, d, d)."""
+        K, N, d = self.n_arms, self.n_instances, self.n_features
+        s2 = self.residual_variance()
+        return self.all_stats.cov_unscaled().reshape(K, N, d, d) * s2[:, None, None, None]
+
+    def _flat_prior_hyperparameters(self, extra: dict[str, Any]) -> xr.Dataset:
+        """Flat prior (Σ = +inf on the diagonal, 0 elsewhere) and the pooled σ̂²."""
+        K, d = self.n_arms, self.n_features
+        Sigma = np.zeros((K, d, d))
+        Sigma[:, np.arange(d), np.arange(d)] = np.inf
+        return hyperparameter_dataset(
+            Sigma, self.residual_variance(), extra=extra, policy=type(self).__name__
+        )
+
+
+class OLSBandit(ForcedSamplingBandit):
     """OLS Bandit (Goldenshluger & Zeevi 2013; K-arm form of Bastani & Bayati 2020), per instance.
 
     Each instance j runs its own copy (``specs/rmbandit.md`` §2.2). At round τ of instance j's
@@ -458,70 +536,30 @@ class OLSBandit(Policy):
         rng: Any = None,
     ) -> None:
         super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
-        self.q = check_positive_int(q, "q")
-        self.h = check_scalar(h, "h", low=0.0)
-        self.ridge = check_scalar(ridge, "ridge", low=0.0, low_inclusive=False)
         self.warmup = _check_bool(warmup, "warmup")
-        self.clock = check_choice(clock, ("local", "global"), "clock")
-        self._warmup_rounds = n_arms * n_features if self.warmup else 0
-        units = self.n_arms * self.n_instances
-        #: forced-sample statistics, unit ``k * n_instances + j``
-        self.forced_stats = OLSStats(units, self.n_features, self.ridge)
-        #: all-sample statistics, unit ``k * n_instances + j``
-        self.all_stats = OLSStats(units, self.n_features, self.ridge)
-        #: rounds seen by each instance (its local clock is this + 1)
-        self.n_rounds = np.zeros(self.n_instances, dtype=np.int64)
+        self._init_forced_sampling(q, h, ridge, clock, n_arms * n_features if self.warmup else 0)
 
-    def _tau(self, j: int) -> int:
-        return int(self.n_rounds[j]) + 1 if self.clock == "local" else self.t + 1
-
-    def forced_arm(self, instance: int) -> int:
-        """The arm forced in ``instance``'s next round, or −1 if that round is not forced."""
-        j = check_index(instance, self.n_instances, "instance")
-        return _forced_arm(self._tau(j), self.n_arms, self.q, self._warmup_rounds)
-
-    def _select(self, j: int, x: np.ndarray) -> int:
-        f = _forced_arm(self._tau(j), self.n_arms, self.q, self._warmup_rounds)
-        if f >= 0:
-            return f
-        out = np.empty(self.n_arms)
-        F, A = self.forced_stats, self.all_stats
-        _filtered_scores(F.coef, A.coef, self.n_instances, j, x, self.h, out)
-        return self._argmax(out)
-
-    def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
-        u = k * self.n_instances + j
-        if _forced_arm(self._tau(j), self.n_arms, self.q, self._warmup_rounds) == k:
-            self.forced_stats._add(u, x, y)
-        self.all_stats._add(u, x, y)
-        self.n_rounds[j] += 1
-        self.t += 1
-
-    def residual_variance(self) -> np.ndarray:
-        """σ̂²_k: all-sample residual variance of each arm pooled over instances, shape (K,)."""
-        return _pooled_sigma2(self.all_stats, self.n_arms, self.n_instances)
+    def _exploit_scores(self, j: int, x: np.ndarray, out: np.ndarray) -> None:
+        _filtered_scores(
+            self.forced_stats.coef, self.all_stats.coef, self.n_instances, j, x, self.h, out
+        )
 
     def posterior(self) -> xr.Dataset:
         """All-sample OLS mean and covariance σ̂²_k (G + ridge·I)⁻¹; also ``forced_mean``."""
         K, N, d = self.n_arms, self.n_instances, self.n_features
-        s2 = self.residual_variance()
-        mean = self.all_stats.coef.reshape(K, N, d)
-        cov = self.all_stats.cov_unscaled().reshape(K, N, d, d) * s2[:, None, None, None]
-        ds = posterior_dataset(mean, cov, policy="OLSBandit")
-        forced = self.forced_stats.coef.reshape(K, N, d)
-        ds["forced_mean"] = (("arm", "instance", "feature"), forced)
+        ds = posterior_dataset(
+            self.all_stats.coef.reshape(K, N, d), self._ols_cov(), policy="OLSBandit"
+        )
+        ds["forced_mean"] = (
+            ("arm", "instance", "feature"),
+            self.forced_stats.coef.reshape(K, N, d),
+        )
         return ds
 
     def hyperparameters(self) -> xr.Dataset:
         """Flat prior (Σ = +inf on the diagonal, 0 elsewhere), pooled σ̂², and q, h, ridge."""
-        K, d = self.n_arms, self.n_features
-        Sigma = np.zeros((K, d, d))
-        Sigma[:, np.arange(d), np.arange(d)] = np.inf
-        return hyperparameter_dataset(
-            Sigma,
-            self.residual_variance(),
-            extra={"q": ((), self.q), "h": ((), self.h), "ridge": ((), self.ridge)},
-            policy="OLSBandit",
+        return self._flat_prior_hyperparameters(
+            {"q": ((), self.q), "h": ((), self.h), "ridge": ((), self.ridge)}
         )
 
 

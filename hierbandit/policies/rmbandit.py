@@ -52,8 +52,8 @@ from .._validation import (
     check_vector,
 )
 from ..stats.ridge import OLSStats, ols_solve, ols_solve_unit
-from .base import Policy, hyperparameter_dataset, posterior_dataset
-from .linear import _forced_arm, _pooled_sigma2
+from .base import posterior_dataset
+from .linear import ForcedSamplingBandit
 
 __all__ = ["RMBandit", "RMEstimate", "lasso_toward", "rm_estimate", "robust_aggregate"]
 
@@ -191,8 +191,28 @@ def _lambda_all(schedule, eta, tau, d, n_j, n_arm, N):
 
 @njit(**_JIT)
 def _rm_scores(
-    GF, bF, nF, cF, GA, bA, nA, cA, N, j, x, tau, lam_f, eta1, schedule, agg, trim, ridge, tol,
-    max_iter, h, out,
+    GF,
+    bF,
+    nF,
+    cF,
+    GA,
+    bA,
+    nA,
+    cA,
+    N,
+    j,
+    x,
+    tau,
+    lam_f,
+    eta1,
+    schedule,
+    agg,
+    trim,
+    ridge,
+    tol,
+    max_iter,
+    h,
+    out,
 ):
     """RMBandit's non-forced rule for instance j; −inf outside K̂, x·β̂_A,k inside."""
     K = out.shape[0]
@@ -426,8 +446,20 @@ def rm_estimate(
     mean = np.empty((1, N, d))
     dagger = np.empty((1, d))
     _rm_all(
-        G, b, n, ols, 1, N, np.ascontiguousarray(lam_arr, dtype=float)[None], agg, trim, ridge,
-        tol, max_iter, mean, dagger,
+        G,
+        b,
+        n,
+        ols,
+        1,
+        N,
+        np.ascontiguousarray(lam_arr, dtype=float)[None],
+        agg,
+        trim,
+        ridge,
+        tol,
+        max_iter,
+        mean,
+        dagger,
     )
     n_used = int(np.sum(n >= d))
     coef = mean[0] if target is None else mean[0, target]
@@ -437,7 +469,7 @@ def rm_estimate(
 # ---------------------------------------------------------------------- the bandit
 
 
-class RMBandit(Policy):
+class RMBandit(ForcedSamplingBandit):
     """RMBandit: forced-sampling bandit with the robust multitask estimator (reconstruction).
 
     See the module docstring for the algorithm and what is and is not verified
@@ -509,8 +541,7 @@ class RMBandit(Policy):
         rng: Any = None,
     ) -> None:
         super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
-        self.q = check_positive_int(q, "q")
-        self.h = check_scalar(h, "h", low=0.0)
+        self._init_forced_sampling(q, h, ridge, clock, 0)
         self.eta0 = check_scalar(eta0, "eta0", low=0.0)
         self.eta1_0 = check_scalar(eta1_0, "eta1_0", low=0.0)
         self.aggregator = check_choice(aggregator, _AGGREGATORS, "aggregator")
@@ -518,29 +549,12 @@ class RMBandit(Policy):
         if self.trim >= 0.5:
             raise ValueError(f"trim must be < 0.5, got {self.trim}")
         self.lambda_schedule = check_choice(lambda_schedule, _SCHEDULES, "lambda_schedule")
-        self.clock = check_choice(clock, ("local", "global"), "clock")
-        self.ridge = check_scalar(ridge, "ridge", low=0.0, low_inclusive=False)
         self.lasso_tol = check_scalar(lasso_tol, "lasso_tol", low=0.0, low_inclusive=False)
         self.lasso_max_iter = check_positive_int(lasso_max_iter, "lasso_max_iter")
         self._agg = _AGGREGATORS.index(self.aggregator)
         self._schedule = _SCHEDULES.index(self.lambda_schedule)
-        units = self.n_arms * self.n_instances
-        #: forced-sample statistics and step-1 OLS, unit ``k * n_instances + j``
-        self.forced_stats = OLSStats(units, self.n_features, self.ridge)
-        #: all-sample statistics and step-1 OLS, unit ``k * n_instances + j``
-        self.all_stats = OLSStats(units, self.n_features, self.ridge)
-        #: rounds seen by each instance (its local clock is this + 1)
-        self.n_rounds = np.zeros(self.n_instances, dtype=np.int64)
 
     # ------------------------------------------------------------------ helpers
-    def _tau(self, j: int) -> int:
-        return int(self.n_rounds[j]) + 1 if self.clock == "local" else self.t + 1
-
-    def forced_arm(self, instance: int) -> int:
-        """The arm forced in ``instance``'s next round, or −1 if that round is not forced."""
-        j = check_index(instance, self.n_instances, "instance")
-        return _forced_arm(self._tau(j), self.n_arms, self.q, 0)
-
     def penalties(self, instance: int) -> tuple[float, np.ndarray]:
         """(λ_F, λ_A per arm) that ``instance``'s next round would use."""
         j = check_index(instance, self.n_instances, "instance")
@@ -558,35 +572,52 @@ class RMBandit(Policy):
         )
 
     # ------------------------------------------------------------------ policy
-    def _select(self, j: int, x: np.ndarray) -> int:
-        tau = self._tau(j)
-        f = _forced_arm(tau, self.n_arms, self.q, 0)
-        if f >= 0:
-            return f
+    def _exploit_scores(self, j: int, x: np.ndarray, out: np.ndarray) -> None:
         F, A = self.forced_stats, self.all_stats
-        out = np.empty(self.n_arms)
         _rm_scores(
-            F.G, F.b, F.n, F.coef, A.G, A.b, A.n, A.coef, self.n_instances, j, x, tau, self.eta0,
-            self.eta1_0, self._schedule, self._agg, self.trim, self.ridge, self.lasso_tol,
-            self.lasso_max_iter, self.h, out,
+            F.G,
+            F.b,
+            F.n,
+            F.coef,
+            A.G,
+            A.b,
+            A.n,
+            A.coef,
+            self.n_instances,
+            j,
+            x,
+            self._tau(j),
+            self.eta0,
+            self.eta1_0,
+            self._schedule,
+            self._agg,
+            self.trim,
+            self.ridge,
+            self.lasso_tol,
+            self.lasso_max_iter,
+            self.h,
+            out,
         )
-        return self._argmax(out)
-
-    def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
-        u = k * self.n_instances + j
-        if _forced_arm(self._tau(j), self.n_arms, self.q, 0) == k:
-            self.forced_stats._add(u, x, y)
-        self.all_stats._add(u, x, y)
-        self.n_rounds[j] += 1
-        self.t += 1
 
     def _estimates(self, stats: OLSStats, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         K, N, d = self.n_arms, self.n_instances, self.n_features
         mean = np.empty((K, N, d))
         dagger = np.empty((K, d))
         _rm_all(
-            stats.G, stats.b, stats.n, stats.coef, K, N, np.ascontiguousarray(lam), self._agg,
-            self.trim, self.ridge, self.lasso_tol, self.lasso_max_iter, mean, dagger,
+            stats.G,
+            stats.b,
+            stats.n,
+            stats.coef,
+            K,
+            N,
+            np.ascontiguousarray(lam),
+            self._agg,
+            self.trim,
+            self.ridge,
+            self.lasso_tol,
+            self.lasso_max_iter,
+            mean,
+            dagger,
         )
         return mean, dagger
 
@@ -617,17 +648,10 @@ class RMBandit(Policy):
             },
         )
 
-    def residual_variance(self) -> np.ndarray:
-        """σ̂²_k of the step-1 all-sample OLS, pooled over instances, shape (K,)."""
-        return _pooled_sigma2(self.all_stats, self.n_arms, self.n_instances)
-
     def posterior(self) -> xr.Dataset:
         """All-sample RMEstimator ``mean``, OLS reference ``cov``; also forced/global estimates."""
-        K, N, d = self.n_arms, self.n_instances, self.n_features
         est = self.estimates()
-        s2 = self.residual_variance()
-        cov = self.all_stats.cov_unscaled().reshape(K, N, d, d) * s2[:, None, None, None]
-        ds = posterior_dataset(est["all_mean"].values, cov, policy="RMBandit")
+        ds = posterior_dataset(est["all_mean"].values, self._ols_cov(), policy="RMBandit")
         ds["forced_mean"] = est["forced_mean"]
         ds["global_mean"] = est["all_global"]
         ds["forced_global_mean"] = est["forced_global"]
@@ -635,20 +659,14 @@ class RMBandit(Policy):
 
     def hyperparameters(self) -> xr.Dataset:
         """Flat prior, pooled σ̂², the aggregate β̂† (``global_mean``) and q, h, η₀, η₁,₀."""
-        K, d = self.n_arms, self.n_features
-        Sigma = np.zeros((K, d, d))
-        Sigma[:, np.arange(d), np.arange(d)] = np.inf
         est = self.estimates()
-        return hyperparameter_dataset(
-            Sigma,
-            self.residual_variance(),
-            extra={
+        return self._flat_prior_hyperparameters(
+            {
                 "global_mean": est["all_global"].values,
                 "q": ((), self.q),
                 "h": ((), self.h),
                 "eta0": ((), self.eta0),
                 "eta1_0": ((), self.eta1_0),
                 "trim": ((), self.trim),
-            },
-            policy="RMBandit",
+            }
         )

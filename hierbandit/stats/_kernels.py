@@ -221,7 +221,9 @@ def all_moments(Ct, A, b, beta0, Phi, sigma2, mean, cov):
     K, N = b.shape[0], b.shape[1]
     for k in range(K):
         for j in range(N):
-            instance_moments(Ct[k, j], A[k, j], b[k, j], beta0[k], Phi[k], sigma2[k], mean[k, j], cov[k, j])
+            instance_moments(
+                Ct[k, j], A[k, j], b[k, j], beta0[k], Phi[k], sigma2[k], mean[k, j], cov[k, j]
+            )
 
 
 @njit(**_JIT)
@@ -333,47 +335,69 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
 
 
 @njit(**_JIT)
+def full_rank_cholesky(G, rank_tol, L):
+    """Cholesky factor of the symmetrised G in ``L``; True when G is numerically full rank.
+
+    Full rank means the factorisation succeeds and every squared pivot exceeds
+    rank_tol · trace(G). A squared pivot is a Schur complement, bounded below by λ_min(G), so this
+    is a scale-free test of near-singularity that costs no more than the factorisation the solve
+    needs anyway. The one test every least-squares fit of the package uses.
+    """
+    d = G.shape[0]
+    tr = 0.0
+    for i in range(d):
+        tr += G[i, i]
+    if not tr > 0.0:
+        return False
+    M = np.empty((d, d))
+    for i in range(d):
+        for k in range(d):
+            M[i, k] = 0.5 * (G[i, k] + G[k, i])
+    if not cholesky_lower(M, L):
+        return False
+    for i in range(d):  # noqa: SIM110 - numba compiles loops, not generator expressions
+        if L[i, i] * L[i, i] <= rank_tol * tr:
+            return False
+    return True
+
+
+@njit(**_JIT)
+def cholesky_solve(L, rhs, out):
+    """Solve (L Lᵀ) out = rhs by forward and back substitution."""
+    d = L.shape[0]
+    z = np.empty(d)
+    for i in range(d):
+        s = rhs[i]
+        for k in range(i):
+            s -= L[i, k] * z[k]
+        z[i] = s / L[i, i]
+    for i in range(d - 1, -1, -1):
+        s = z[i]
+        for k in range(i + 1, d):
+            s -= L[k, i] * out[k]
+        out[i] = s / L[i, i]
+
+
+@njit(**_JIT)
 def ols_all(G, b, ridge, rank_tol, B, ok):
     """Per-instance OLS β̂ = (G + ridge I)⁻¹ b where G itself is numerically full rank.
 
-    ``ok[j]`` is True when the Cholesky factorisation of G_j succeeds and
-    1 / trace(G_j⁻¹) > rank_tol · trace(G_j). The left side lies within a factor d of λ_min(G_j),
-    so this is a scale-free test of the smallest eigenvalue against the overall size of G_j. The
-    ridge (spec §3.2 ``ols_ridge``) only regularises the solve; it never makes a rank-deficient
-    instance (T_j < d) count.
+    ``ok[j]`` is :func:`full_rank_cholesky` of G_j. The ridge (spec §3.2 ``ols_ridge``) only
+    regularises the solve; it never makes a rank-deficient instance (T_j < d) count.
     """
     N, d = b.shape
-    Gs = np.empty((d, d))
-    Ginv = np.empty((d, d))
+    Gr = np.empty((d, d))
     L = np.empty((d, d))
     for j in range(N):
-        ok[j] = False
-        tr = 0.0
-        for i in range(d):
-            tr += G[j, i, i]
-        if tr <= 0.0:
-            continue
-        for i in range(d):
-            for k in range(d):
-                Gs[i, k] = 0.5 * (G[j, i, k] + G[j, k, i])
-        if not cholesky_lower(Gs, L):
-            continue
-        spd_inverse(Gs, Ginv)
-        tri = 0.0
-        for i in range(d):
-            tri += Ginv[i, i]
-        if not (tri > 0.0 and 1.0 / tri > rank_tol * tr):
+        ok[j] = full_rank_cholesky(G[j], rank_tol, L)
+        if not ok[j]:
             continue
         if ridge > 0.0:
             for i in range(d):
-                Gs[i, i] += ridge
-            spd_inverse(Gs, Ginv)
-        for i in range(d):
-            s = 0.0
-            for k in range(d):
-                s += Ginv[i, k] * b[j, k]
-            B[j, i] = s
-        ok[j] = True
+                for k in range(d):
+                    Gr[i, k] = 0.5 * (G[j, i, k] + G[j, k, i]) + (ridge if i == k else 0.0)
+            cholesky_lower(Gr, L)
+        cholesky_solve(L, b[j], B[j])
 
 
 @njit(**_JIT)
@@ -563,8 +587,21 @@ def psd_floor(S, eig_floor, out):
 
 @njit(**_JIT)
 def estimate_Sigma(
-    G, b, sigma2, ridge, rank_tol, normalization, threshold_mode, gamma_fixed,
-    threshold_diagonal, eig_floor, min_instances, debias, uniforms, Sigma_prev, Sigma_out,
+    G,
+    b,
+    sigma2,
+    ridge,
+    rank_tol,
+    normalization,
+    threshold_mode,
+    gamma_fixed,
+    threshold_diagonal,
+    eig_floor,
+    min_instances,
+    debias,
+    uniforms,
+    Sigma_prev,
+    Sigma_out,
 ):
     """Thresholded covariance of the per-instance OLS estimates (ebm §4.3 with spec §3.2–3.3).
 
@@ -669,10 +706,34 @@ def estimate_sigma2(G, b, q, n_obs, mean, sigma2_prev, sigma2_floor):
 
 @njit(**_JIT)
 def reestimate_arm(
-    G, b, q, n_obs, lam, sigma2_prev, Sigma_prev, ridge, rank_tol, normalization,
-    threshold_mode, gamma_fixed, threshold_diagonal, eig_floor, min_instances, debias,
-    uniforms, sigma2_floor, eb_iters, estimate_sigma, estimate_noise,
-    Sigma_out, Ct, A, P, r, Phi, beta0,
+    G,
+    b,
+    q,
+    n_obs,
+    lam,
+    sigma2_prev,
+    Sigma_prev,
+    ridge,
+    rank_tol,
+    normalization,
+    threshold_mode,
+    gamma_fixed,
+    threshold_diagonal,
+    eig_floor,
+    min_instances,
+    debias,
+    uniforms,
+    sigma2_floor,
+    eb_iters,
+    estimate_sigma,
+    estimate_noise,
+    Sigma_out,
+    Ct,
+    A,
+    P,
+    r,
+    Phi,
+    beta0,
 ):
     """One empirical-Bayes step for one arm (spec §3.5): Σ̂, then σ̂² from the posterior means
     under (Σ̂, previous σ̂²), then the posterior under (Σ̂, σ̂²). Returns (σ̂², γ, n_eff, ok)."""
@@ -681,8 +742,21 @@ def reestimate_arm(
     n_eff = 0
     if estimate_sigma:
         gamma, n_eff = estimate_Sigma(
-            G, b, sigma2_prev, ridge, rank_tol, normalization, threshold_mode, gamma_fixed,
-            threshold_diagonal, eig_floor, min_instances, debias, uniforms, Sigma_prev, Sigma_out,
+            G,
+            b,
+            sigma2_prev,
+            ridge,
+            rank_tol,
+            normalization,
+            threshold_mode,
+            gamma_fixed,
+            threshold_diagonal,
+            eig_floor,
+            min_instances,
+            debias,
+            uniforms,
+            Sigma_prev,
+            Sigma_out,
         )
     else:
         Sigma_out[:, :] = Sigma_prev

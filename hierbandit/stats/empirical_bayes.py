@@ -63,8 +63,8 @@ class EBOptions:
     ols_ridge : float
         Ridge added to G_j in the per-instance OLS (default 0, plain OLS).
     rank_tol : float
-        An instance counts as full rank when 1/trace(G_j⁻¹) — within a factor d of λ_min(G_j) —
-        exceeds rank_tol · trace(G_j).
+        An instance counts as full rank when its Cholesky factorisation succeeds with every
+        squared pivot above rank_tol · trace(G_j) (each squared pivot is ≥ λ_min(G_j)).
     debias_ols_noise : bool
         Subtract σ̂² · mean_j G_j⁻¹ (the OLS sampling noise) from the scatter before thresholding.
     estimate_Sigma, estimate_sigma2 : bool
@@ -89,7 +89,9 @@ class EBOptions:
     def __post_init__(self) -> None:
         if isinstance(self.threshold, str):
             if self.threshold not in ("cv", "none"):
-                raise ValueError(f"threshold must be 'cv', 'none' or a float, got {self.threshold!r}")
+                raise ValueError(
+                    f"threshold must be 'cv', 'none' or a float, got {self.threshold!r}"
+                )
             mode, gamma = (0 if self.threshold == "cv" else 2), 0.0
         else:
             gamma = check_scalar(self.threshold, "threshold", low=0.0)
@@ -111,10 +113,15 @@ class EBOptions:
             self,
             "_kernel",
             (
-                float(self.ols_ridge), float(self.rank_tol),
-                _NORMALIZATIONS[self.scatter_normalization], mode, float(gamma),
-                bool(self.threshold_diagonal), float(self.eig_floor),
-                int(self.min_instances_for_sigma), bool(self.debias_ols_noise),
+                float(self.ols_ridge),
+                float(self.rank_tol),
+                _NORMALIZATIONS[self.scatter_normalization],
+                mode,
+                float(gamma),
+                bool(self.threshold_diagonal),
+                float(self.eig_floor),
+                int(self.min_instances_for_sigma),
+                bool(self.debias_ols_noise),
             ),
         )
 
@@ -145,7 +152,9 @@ def _stats_arrays(G: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
     G = np.ascontiguousarray(G, dtype=float)
     b = np.ascontiguousarray(b, dtype=float)
     if b.ndim != 2 or G.shape != (b.shape[0], b.shape[1], b.shape[1]):
-        raise ValueError(f"G must have shape (N, d, d) and b shape (N, d); got {G.shape} and {b.shape}")
+        raise ValueError(
+            f"G must have shape (N, d, d) and b shape (N, d); got {G.shape} and {b.shape}"
+        )
     if not (np.all(np.isfinite(G)) and np.all(np.isfinite(b))):
         raise ValueError("G and b must be finite")
     return G, b
@@ -165,7 +174,9 @@ def _check_counts(q: Any, n: Any, N: int) -> tuple[np.ndarray, np.ndarray]:
     return q, np.ascontiguousarray(n_arr, dtype=np.int64)
 
 
-def ols_estimates(G: Any, b: Any, *, ridge: float = 0.0, rank_tol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
+def ols_estimates(
+    G: Any, b: Any, *, ridge: float = 0.0, rank_tol: float = 1e-10
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-instance OLS estimates and a mask of instances whose design is numerically full rank.
 
     Rows of the estimate where the mask is False are undefined (NaN).
@@ -198,7 +209,9 @@ def _check_square(S: Any, name: str = "S") -> np.ndarray:
 def scatter_covariance(B: Any, normalization: str = "n-1") -> np.ndarray:
     """Scatter matrix Σ_j β_jβ_jᵀ − (1/n)(Σ_j β_j)(Σ_j β_j)ᵀ of the rows of ``B``, normalised."""
     if normalization not in _NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {tuple(_NORMALIZATIONS)}, got {normalization!r}")
+        raise ValueError(
+            f"normalization must be one of {tuple(_NORMALIZATIONS)}, got {normalization!r}"
+        )
     B = _check_rows(B)
     S = np.empty((B.shape[1], B.shape[1]))
     K.scatter_cov(B, np.arange(B.shape[0]), _NORMALIZATIONS[normalization], S)
@@ -241,7 +254,9 @@ def bickel_levina_threshold(
         The chosen threshold, the candidate grid and the cross-validated risk of each candidate.
     """
     if normalization not in _NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {tuple(_NORMALIZATIONS)}, got {normalization!r}")
+        raise ValueError(
+            f"normalization must be one of {tuple(_NORMALIZATIONS)}, got {normalization!r}"
+        )
     B = _check_rows(B)
     if isinstance(n_splits, bool) or not isinstance(n_splits, int | np.integer) or n_splits < 1:
         raise ValueError(f"n_splits must be a positive integer, got {n_splits!r}")
@@ -290,7 +305,14 @@ def estimate_Sigma(
 
 
 def estimate_sigma2(
-    G: Any, b: Any, q: Any, n: Any, mean: Any, *, sigma2_prev: float = 1.0, sigma2_floor: float = 1e-6
+    G: Any,
+    b: Any,
+    q: Any,
+    n: Any,
+    mean: Any,
+    *,
+    sigma2_prev: float = 1.0,
+    sigma2_floor: float = 1e-6,
 ) -> float:
     """Pooled residual variance of the rows given posterior means ``mean`` (N, d)."""
     G, b = _stats_arrays(G, b)
@@ -338,9 +360,26 @@ def empirical_bayes(
     Phi = np.empty((d, d))
     beta0 = np.empty(d)
     sigma2, gamma, n_eff, _ = K.reestimate_arm(
-        G, b, q, n, lam, sigma2_init, Sigma_prev, *options._kernel, U,
-        float(options.sigma2_floor), int(options.eb_iters), bool(options.estimate_Sigma),
-        bool(options.estimate_sigma2), Sigma, Ct, A, P, r, Phi, beta0,
+        G,
+        b,
+        q,
+        n,
+        lam,
+        sigma2_init,
+        Sigma_prev,
+        *options._kernel,
+        U,
+        float(options.sigma2_floor),
+        int(options.eb_iters),
+        bool(options.estimate_Sigma),
+        bool(options.estimate_sigma2),
+        Sigma,
+        Ct,
+        A,
+        P,
+        r,
+        Phi,
+        beta0,
     )
     post = _posterior_from_stats(G, b, Sigma, float(sigma2), lam)
     return EBResult(Sigma, float(sigma2), float(gamma), int(n_eff), post)

@@ -115,7 +115,9 @@ def posterior_given_hyper(
     G = np.array(G, dtype=float)
     b = np.array(b, dtype=float)
     if b.ndim != 2 or G.shape != (b.shape[0], b.shape[1], b.shape[1]):
-        raise ValueError(f"G must have shape (N, d, d) and b shape (N, d); got {G.shape} and {b.shape}")
+        raise ValueError(
+            f"G must have shape (N, d, d) and b shape (N, d); got {G.shape} and {b.shape}"
+        )
     if not (np.all(np.isfinite(G)) and np.all(np.isfinite(b))):
         raise ValueError("G and b must be finite")
     Sigma, sigma2, lam = _check_hyper(Sigma, sigma2, lam, b.shape[1])
@@ -203,7 +205,9 @@ class IncrementalHierarchicalPosterior:
         self.n_features = int(n_features)
         self.Sigma, self.sigma2, self.lam = _check_hyper(Sigma, sigma2, lam, n_features)
         if self.lam <= 0:
-            raise ValueError("lam must be > 0 for incremental updates (the empty posterior must be proper)")
+            raise ValueError(
+                "lam must be > 0 for incremental updates (the empty posterior must be proper)"
+            )
         self.recompute_every = recompute_every
         N, d = self.n_instances, self.n_features
         self.G = np.zeros((N, d, d))
@@ -226,8 +230,17 @@ class IncrementalHierarchicalPosterior:
         x = check_vector(x, self.n_features, "x")
         y = check_scalar(y, "y")
         K.rank_one_update(
-            x, y, self.G[j], self.b[j], self._Ct[j], self._A[j], self._P, self._r,
-            self._Phi, self._beta0, self.sigma2,
+            x,
+            y,
+            self.G[j],
+            self.b[j],
+            self._Ct[j],
+            self._A[j],
+            self._P,
+            self._r,
+            self._Phi,
+            self._beta0,
+            self.sigma2,
         )
         self.n_added += 1
         self._since_recompute += 1
@@ -241,9 +254,22 @@ class IncrementalHierarchicalPosterior:
         cov = np.empty((N, d, d))
         for j in range(N):
             K.instance_moments(
-                self._Ct[j], self._A[j], self.b[j], self._beta0, self._Phi, self.sigma2, mean[j], cov[j]
+                self._Ct[j],
+                self._A[j],
+                self.b[j],
+                self._beta0,
+                self._Phi,
+                self.sigma2,
+                mean[j],
+                cov[j],
             )
         return HierarchicalPosterior(
-            self._beta0.copy(), self._Phi.copy(), mean, cov, self._Ct.copy(), self._A.copy(),
-            self._P.copy(), self._r.copy(),
+            self._beta0.copy(),
+            self._Phi.copy(),
+            mean,
+            cov,
+            self._Ct.copy(),
+            self._A.copy(),
+            self._P.copy(),
+            self._r.copy(),
         )

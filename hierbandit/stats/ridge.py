@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .._validation import check_index, check_matrix, check_positive_int, check_scalar, check_vector
-from ._kernels import cholesky_lower, spd_inverse
+from .._validation import check_index, check_positive_int, check_scalar, check_vector
+from ._kernels import cholesky_lower, cholesky_solve, full_rank_cholesky, spd_inverse
+from .suffstats import check_regression_data
 
 __all__ = ["OLS_RANK_TOL", "OLSStats", "RidgeStats", "ols_solve"]
 
@@ -118,28 +119,12 @@ def suff_add(G, b, q, n, u, x, y):
 
 
 @njit(**_JIT)
-def chol_solve(L, rhs, out):
-    """Solve L Lᵀ z = rhs for a lower-triangular Cholesky factor L."""
-    d = rhs.shape[0]
-    w = np.empty(d)
-    for i in range(d):
-        s = rhs[i]
-        for k in range(i):
-            s -= L[i, k] * w[k]
-        w[i] = s / L[i, i]
-    for i in range(d - 1, -1, -1):
-        s = w[i]
-        for k in range(i + 1, d):
-            s -= L[k, i] * out[k]
-        out[i] = s / L[i, i]
-
-
-@njit(**_JIT)
 def ols_solve_unit(G, b, n, ridge, out):
     """Least squares for one unit: G⁻¹b if G is numerically full rank, else (G + ridge·I)⁻¹b.
 
-    G counts as full rank when n ≥ d and every Cholesky pivot exceeds ``OLS_RANK_TOL·trace(G)``.
-    With no data (trace 0) the estimate is 0. Returns True when the exact OLS solution was used.
+    G counts as full rank when n ≥ d and :func:`~hierbandit.stats._kernels.full_rank_cholesky`
+    holds with ``OLS_RANK_TOL``. With no data (trace 0) the estimate is 0. Returns True when the
+    exact OLS solution was used.
     """
     d = b.shape[0]
     tr = 0.0
@@ -150,26 +135,19 @@ def ols_solve_unit(G, b, n, ridge, out):
             out[i] = 0.0
         return False
     L = np.empty((d, d))
+    if n >= d and full_rank_cholesky(G, OLS_RANK_TOL, L):
+        cholesky_solve(L, b, out)
+        return True
     M = np.empty((d, d))
     for i in range(d):
         for k in range(d):
-            M[i, k] = 0.5 * (G[i, k] + G[k, i])
-    full = False
-    if n >= d and cholesky_lower(M, L):
-        full = True
+            M[i, k] = 0.5 * (G[i, k] + G[k, i]) + (ridge if i == k else 0.0)
+    if not cholesky_lower(M, L):  # pragma: no cover - G + ridge·I is positive definite
         for i in range(d):
-            if L[i, i] * L[i, i] <= OLS_RANK_TOL * tr:
-                full = False
-                break
-    if not full:
-        for i in range(d):
-            M[i, i] += ridge
-        if not cholesky_lower(M, L):  # pragma: no cover - G + ridge·I is positive definite
-            for i in range(d):
-                out[i] = 0.0
-            return False
-    chol_solve(L, b, out)
-    return full
+            out[i] = 0.0
+        return False
+    cholesky_solve(L, b, out)
+    return False
 
 
 @njit(**_JIT)
@@ -313,24 +291,12 @@ class RidgeStats:
 
     def add_batch(self, units: Any, X: Any, y: Any) -> None:
         """Add rows ``(X[t], y[t])`` to ``units[t]`` in order (validated before any change)."""
-        X = check_matrix(X, (None, self.n_features), "X")
+        X, y, units, _ = check_regression_data(
+            X, y, units, self.n_units, group_name="units", n_groups_name="n_units"
+        )
+        if X.shape[1] != self.n_features:
+            raise ValueError(f"X must have {self.n_features} columns, got {X.shape[1]}")
         T = X.shape[0]
-        y = np.asarray(y)
-        if y.dtype.kind not in "iuf":
-            raise TypeError(f"y must be numeric, got dtype {y.dtype}")
-        y = y.astype(float)
-        if y.shape != (T,):
-            raise ValueError(f"y must have shape ({T},), got {y.shape}")
-        if not np.all(np.isfinite(y)):
-            raise ValueError("y must be finite (no NaN or inf)")
-        units = np.asarray(units)
-        if units.shape != (T,):
-            raise ValueError(f"units must have shape ({T},), got {units.shape}")
-        if T and units.dtype.kind not in "iu":
-            raise TypeError(f"units must hold integer ids, got dtype {units.dtype}")
-        units = units.astype(np.int64)
-        if T and (units.min() < 0 or units.max() >= self.n_units):
-            raise ValueError(f"units must be in [0, {self.n_units})")
         for t in range(T):
             self._add(int(units[t]), X[t], float(y[t]))
 

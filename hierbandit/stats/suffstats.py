@@ -21,10 +21,20 @@ class SuffStats(NamedTuple):
 
 
 def check_regression_data(
-    X: Any, y: Any, group: Any, n_groups: Any, *, group_name: str = "instance"
+    X: Any,
+    y: Any,
+    group: Any,
+    n_groups: Any,
+    *,
+    group_name: str = "instance",
+    n_groups_name: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Validate (X, y, group ids) rows and return float/int copies."""
-    n_groups = check_positive_int(n_groups, f"n_{group_name}s")
+    """Validate (X, y, group ids) rows and return float/int copies.
+
+    ``group_name`` and ``n_groups_name`` (default ``f"n_{group_name}s"``) are the argument names
+    the error messages use.
+    """
+    n_groups = check_positive_int(n_groups, n_groups_name or f"n_{group_name}s")
     X = check_matrix(X, (None, None), "X")
     T, d = X.shape
     if d == 0:
@@ -47,7 +57,9 @@ def check_regression_data(
             raise TypeError(f"{group_name} must hold integer ids, got dtype {g.dtype}")
     g = g.astype(np.int64)
     if T and (g.min() < 0 or g.max() >= n_groups):
-        raise ValueError(f"{group_name} ids must be in [0, {n_groups}), got range [{g.min()}, {g.max()}]")
+        raise ValueError(
+            f"{group_name} ids must be in [0, {n_groups}), got range [{g.min()}, {g.max()}]"
+        )
     return X, y_arr, g, n_groups
 
 

@@ -52,14 +52,25 @@ def test_posterior_equals_batch_closed_form(cls, rng):
         )
         np.testing.assert_allclose(post["mean"].values[k], ref.mean, rtol=1e-9, atol=1e-10)
         np.testing.assert_allclose(post["cov"].values[k], ref.cov, rtol=1e-9, atol=1e-12)
-        np.testing.assert_allclose(post["shared_mean"].values[k], ref.shared_mean, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(
+            post["shared_mean"].values[k], ref.shared_mean, rtol=1e-9, atol=1e-10
+        )
 
 
 def test_rank_one_path_equals_batch_with_frozen_hyperparameters(rng):
     opts = EBOptions(estimate_Sigma=False, estimate_sigma2=False)
     Sigma = np.array([[1.5, 0.4], [0.4, 0.8]])
-    policy = EbmUCB(N, K, D, hyper_update_every=10**9, Sigma_init=Sigma, sigma2_init=0.7,
-                    eb_options=opts, recompute_every=10**9, rng=3)
+    policy = EbmUCB(
+        N,
+        K,
+        D,
+        hyper_update_every=10**9,
+        Sigma_init=Sigma,
+        sigma2_init=0.7,
+        eb_options=opts,
+        recompute_every=10**9,
+        rng=3,
+    )
     rows = _feed(policy, rng, 500)
     post = policy.posterior()
     for k in range(K):
@@ -94,8 +105,14 @@ def test_reestimation_equals_public_empirical_bayes(rng):
     before = (policy.Sigma[k].copy(), float(policy.sigma2[k]))
     policy.update(j, x, k, 0.5)
     res = empirical_bayes(
-        policy.G[k], policy.b[k], policy.q[k], policy.n_obs[k], policy.lam, options=opts,
-        Sigma_init=before[0], sigma2_init=before[1],
+        policy.G[k],
+        policy.b[k],
+        policy.q[k],
+        policy.n_obs[k],
+        policy.lam,
+        options=opts,
+        Sigma_init=before[0],
+        sigma2_init=before[1],
     )
     np.testing.assert_allclose(policy.Sigma[k], res.Sigma, rtol=1e-12, atol=1e-14)
     assert policy.sigma2[k] == pytest.approx(res.sigma2, rel=1e-12)
