@@ -34,6 +34,7 @@ from .._validation import (
 )
 from ..stats import _kernels as K
 from ..stats.empirical_bayes import EBOptions
+from ..stats.hierarchical import shared_prior_arrays
 from .base import Policy, hyperparameter_dataset, posterior_dataset
 
 __all__ = ["EbmPolicy", "EbmTS", "EbmUCB"]
@@ -72,6 +73,16 @@ class EbmPolicy(Policy):
     recompute_every : int, default 10000
         Recompute an arm from its sufficient statistics after this many consecutive rank-one
         updates, discarding accumulated rounding drift.
+    prior : HierarchicalPrior, optional
+        A prior fitted to historical data (:func:`hierbandit.bayes.fit_prior`), or any object
+        with arrays ``shared_mean`` (K, d), ``shared_cov`` (K, d, d), ``Sigma`` (K, d, d) and
+        ``sigma2`` (K,). Each arm's shared mean then has the prior N(shared_mean_k,
+        shared_cov_k) instead of N(0, λ⁻¹I) (``lam`` is unused), and (Σ_k, σ²_k) start at the
+        prior's values. Mutually exclusive with ``Sigma_init``/``sigma2_init``.
+    prior_mode : {"init", "fixed"}, default "init"
+        With a prior: "init" lets empirical Bayes re-estimate (Σ_k, σ²_k) from the online data
+        as soon as it can (the prior's values are initial values); "fixed" keeps the prior's
+        hyperparameters for good, so every update is an exact rank-one update.
     tie_break : {"random", "first"}
     rng : seed or numpy Generator
         Streams: tie-breaks, Thompson draws, cross-validation splits.
@@ -96,6 +107,8 @@ class EbmPolicy(Policy):
         eb_options: EBOptions | None = None,
         mean_formula: str = "4.2",
         recompute_every: int = 10_000,
+        prior: Any = None,
+        prior_mode: str = "init",
         tie_break: str = "random",
         rng: Any = None,
     ) -> None:
@@ -126,6 +139,14 @@ class EbmPolicy(Policy):
         s2 = np.broadcast_to(s2, (Kn,)).copy()
         if not (np.all(np.isfinite(s2)) and np.all(s2 > 0)):
             raise ValueError("sigma2_init must be finite and > 0")
+        self.prior = prior
+        self.prior_mode = check_choice(prior_mode, ("init", "fixed"), "prior_mode")
+        self._P0 = np.broadcast_to(self.lam * np.eye(d), (Kn, d, d)).copy()
+        self._h0 = np.zeros((Kn, d))
+        if prior is not None:
+            if Sigma_init is not None or not (np.isscalar(sigma2_init) and sigma2_init == 1.0):
+                raise ValueError("prior: pass either a prior or Sigma_init/sigma2_init, not both")
+            Sigma0, s2 = self._read_prior(prior)
         self._ts_rng, self._cv_rng = self._streams[1], self._streams[2]
         self._literal_44 = self.mean_formula == "4.4-literal"
         self._eb_args = (
@@ -137,7 +158,9 @@ class EbmPolicy(Policy):
         )
         self._need_uniforms = eb_options.threshold == "cv" and eb_options.estimate_Sigma
         # with both hyperparameters frozen every update takes the O(d²) rank-one path
-        self._estimates_any = eb_options.estimate_Sigma or eb_options.estimate_sigma2
+        self._estimates_any = (eb_options.estimate_Sigma or eb_options.estimate_sigma2) and not (
+            prior is not None and self.prior_mode == "fixed"
+        )
         # sufficient statistics per (arm, instance)
         self.G = np.zeros((Kn, N, d, d))
         self.b = np.zeros((Kn, N, d))
@@ -164,6 +187,32 @@ class EbmPolicy(Policy):
             self._recompute_arm(k)
 
     # ------------------------------------------------------------------ internals
+    def _read_prior(self, prior: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a fitted prior and set the shared-mean prior of every arm from it."""
+        Kn, d = self.n_arms, self.n_features
+        try:
+            m = np.asarray(prior.shared_mean, dtype=float)
+            S = np.asarray(prior.shared_cov, dtype=float)
+            Sig = np.asarray(prior.Sigma, dtype=float)
+            s2 = np.asarray(prior.sigma2, dtype=float)
+        except AttributeError as exc:
+            raise TypeError(
+                "prior must provide shared_mean, shared_cov, Sigma and sigma2 arrays"
+            ) from exc
+        want = {"shared_mean": (Kn, d), "shared_cov": (Kn, d, d), "Sigma": (Kn, d, d)}
+        for name, arr in (("shared_mean", m), ("shared_cov", S), ("Sigma", Sig)):
+            if arr.shape != want[name]:
+                raise ValueError(
+                    f"prior.{name} has shape {arr.shape}, but this policy needs {want[name]} "
+                    f"(n_arms={Kn}, n_features={d})"
+                )
+        if s2.shape != (Kn,) or not (np.all(np.isfinite(s2)) and np.all(s2 > 0)):
+            raise ValueError(f"prior.sigma2 must be {Kn} finite positive values")
+        Sig = check_covariance(Sig, d, "prior.Sigma", batch=Kn)
+        for k in range(Kn):
+            self._P0[k], self._h0[k] = shared_prior_arrays(self.lam, d, (m[k], S[k]))
+        return Sig, s2.copy()
+
     def _recompute_arm(self, k: int) -> None:
         """Posterior of arm k from its sufficient statistics with the current hyperparameters."""
         K.arm_posterior(
@@ -171,7 +220,8 @@ class EbmPolicy(Policy):
             self.b[k],
             self.Sigma[k],
             self.sigma2[k],
-            self.lam,
+            self._P0[k],
+            self._h0[k],
             self._Ct[k],
             self._A[k],
             self._P[k],
@@ -193,7 +243,8 @@ class EbmPolicy(Policy):
             self.b[k],
             self.q[k],
             self.n_obs[k],
-            self.lam,
+            self._P0[k],
+            self._h0[k],
             self.sigma2[k],
             self.Sigma[k].copy(),
             *self._eb_args[:9],

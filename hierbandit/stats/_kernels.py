@@ -119,8 +119,11 @@ def spd_inverse(P, out):
 
 
 @njit(**_JIT)
-def arm_posterior(G, b, Sigma, sigma2, lam, Ct, A, P, r, Phi, beta0):
+def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
     """Exact two-level posterior of one arm from per-instance sufficient statistics.
+
+    The shared mean has the Gaussian prior N(P0⁻¹h0, P0⁻¹) — the paper's N(0, λ⁻¹I) is
+    P0 = λI, h0 = 0 — so P = P0 + Σ_j A_jᵀG_j/σ² and r = h0 + Σ_j A_jᵀb_j/σ².
 
     Fills ``Ct`` (N,d,d) = C̃_j, ``A`` (N,d,d) = A_j, ``P`` = Φ⁻¹, ``r``, ``Phi`` = Φ and
     ``beta0`` = β̂₀ in place. Returns False if a linear system was singular.
@@ -130,9 +133,9 @@ def arm_posterior(G, b, Sigma, sigma2, lam, Ct, A, P, r, Phi, beta0):
     Minv = np.empty((d, d))
     ok = True
     for i in range(d):
-        r[i] = 0.0
+        r[i] = h0[i]
         for k in range(d):
-            P[i, k] = lam if i == k else 0.0
+            P[i, k] = P0[i, k]
     for j in range(N):
         # M = Σ G_j + σ² I
         for i in range(d):
@@ -710,7 +713,8 @@ def reestimate_arm(
     b,
     q,
     n_obs,
-    lam,
+    P0,
+    h0,
     sigma2_prev,
     Sigma_prev,
     ridge,
@@ -765,8 +769,8 @@ def reestimate_arm(
     if estimate_noise:
         mean = np.empty((N, d))
         for _ in range(eb_iters):
-            ok &= arm_posterior(G, b, Sigma_out, sigma2, lam, Ct, A, P, r, Phi, beta0)
+            ok &= arm_posterior(G, b, Sigma_out, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
             posterior_means(Ct, A, b, beta0, mean)
             sigma2 = estimate_sigma2(G, b, q, n_obs, mean, sigma2, sigma2_floor)
-    ok &= arm_posterior(G, b, Sigma_out, sigma2, lam, Ct, A, P, r, Phi, beta0)
+    ok &= arm_posterior(G, b, Sigma_out, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
     return sigma2, gamma, n_eff, ok

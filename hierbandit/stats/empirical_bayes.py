@@ -18,7 +18,7 @@ import numpy as np
 
 from .._validation import as_generator, check_covariance, check_scalar
 from . import _kernels as K
-from .hierarchical import HierarchicalPosterior, _posterior_from_stats
+from .hierarchical import HierarchicalPosterior, _posterior_from_stats, shared_prior_arrays
 
 __all__ = [
     "EBOptions",
@@ -337,6 +337,7 @@ def empirical_bayes(
     options: EBOptions | None = None,
     Sigma_init: Any = None,
     sigma2_init: float = 1.0,
+    shared_prior: tuple[Any, Any] | None = None,
     rng: Any = None,
 ) -> EBResult:
     """One empirical-Bayes step for one arm: Σ̂, then σ̂², then the posterior (spec §3.5).
@@ -359,12 +360,14 @@ def empirical_bayes(
     r = np.empty(d)
     Phi = np.empty((d, d))
     beta0 = np.empty(d)
+    P0, h0 = shared_prior_arrays(lam, d, shared_prior)
     sigma2, gamma, n_eff, _ = K.reestimate_arm(
         G,
         b,
         q,
         n,
-        lam,
+        P0,
+        h0,
         sigma2_init,
         Sigma_prev,
         *options._kernel,
@@ -381,5 +384,5 @@ def empirical_bayes(
         Phi,
         beta0,
     )
-    post = _posterior_from_stats(G, b, Sigma, float(sigma2), lam)
+    post = _posterior_from_stats(G, b, Sigma, float(sigma2), lam, shared_prior)
     return EBResult(Sigma, float(sigma2), float(gamma), int(n_eff), post)

@@ -25,6 +25,7 @@ from .suffstats import suffstats
 
 __all__ = [
     "HierarchicalPosterior",
+    "shared_prior_arrays",
     "IncrementalHierarchicalPosterior",
     "hierarchical_posterior",
     "posterior_cross_covariances",
@@ -70,17 +71,46 @@ def _check_hyper(Sigma: Any, sigma2: Any, lam: Any, d: int) -> tuple[np.ndarray,
     return Sigma, sigma2, lam
 
 
+def shared_prior_arrays(
+    lam: float, d: int, shared_prior: tuple[Any, Any] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Precision P0 and precision-weighted mean h0 of the shared mean's Gaussian prior.
+
+    ``shared_prior=(mean, cov)`` (cov positive definite) replaces the paper's N(0, λ⁻¹I).
+    """
+    if shared_prior is None:
+        return lam * np.eye(d), np.zeros(d)
+    if not isinstance(shared_prior, tuple | list) or len(shared_prior) != 2:
+        raise TypeError("shared_prior must be a (mean, cov) pair")
+    m0 = check_vector(shared_prior[0], d, "shared_prior mean")
+    S0 = check_covariance(shared_prior[1], d, "shared_prior cov")
+    try:
+        L = np.linalg.cholesky(S0)
+    except np.linalg.LinAlgError:
+        raise ValueError("shared_prior cov must be positive definite") from None
+    Linv = np.linalg.inv(L)
+    P0 = Linv.T @ Linv
+    P0 = 0.5 * (P0 + P0.T)
+    return P0, P0 @ m0
+
+
 def _posterior_from_stats(
-    G: np.ndarray, b: np.ndarray, Sigma: np.ndarray, sigma2: float, lam: float
+    G: np.ndarray,
+    b: np.ndarray,
+    Sigma: np.ndarray,
+    sigma2: float,
+    lam: float,
+    shared_prior: tuple[Any, Any] | None = None,
 ) -> HierarchicalPosterior:
     N, d = b.shape
+    P0, h0 = shared_prior_arrays(lam, d, shared_prior)
     Ct = np.empty((N, d, d))
     A = np.empty((N, d, d))
     P = np.empty((d, d))
     r = np.empty(d)
     Phi = np.empty((d, d))
     beta0 = np.empty(d)
-    ok = K.arm_posterior(G, b, Sigma, sigma2, lam, Ct, A, P, r, Phi, beta0)
+    ok = K.arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
     if not ok or not np.all(np.isfinite(Phi)):
         raise ValueError(
             "the shared-mean posterior is improper: with lam=0 the data must identify the shared "
@@ -94,7 +124,13 @@ def _posterior_from_stats(
 
 
 def posterior_given_hyper(
-    G: Any, b: Any, Sigma: Any, sigma2: float, lam: float
+    G: Any,
+    b: Any,
+    Sigma: Any,
+    sigma2: float,
+    lam: float,
+    *,
+    shared_prior: tuple[Any, Any] | None = None,
 ) -> HierarchicalPosterior:
     """Exact posterior of one arm from sufficient statistics ``G`` (N, d, d) and ``b`` (N, d).
 
@@ -111,6 +147,10 @@ def posterior_given_hyper(
     lam
         Precision of the N(0, λ⁻¹I) hyperprior on the shared mean (λ ≥ 0; λ = 0 is a flat prior and
         needs data that identify the shared mean).
+    shared_prior : (mean, cov), optional
+        An informative Gaussian prior N(mean, cov) on the shared mean in place of N(0, λ⁻¹I),
+        e.g. the shared-mean posterior of a prior fitted to historical data; ``lam`` is then
+        unused.
     """
     G = np.array(G, dtype=float)
     b = np.array(b, dtype=float)
@@ -121,7 +161,7 @@ def posterior_given_hyper(
     if not (np.all(np.isfinite(G)) and np.all(np.isfinite(b))):
         raise ValueError("G and b must be finite")
     Sigma, sigma2, lam = _check_hyper(Sigma, sigma2, lam, b.shape[1])
-    return _posterior_from_stats(G, b, Sigma, sigma2, lam)
+    return _posterior_from_stats(G, b, Sigma, sigma2, lam, shared_prior)
 
 
 def hierarchical_posterior(

@@ -331,3 +331,63 @@ def test_clone_with_int_seed_reproduces():
         a.update(0, x, a.select(0, x), 0.0)
         b.update(0, x, b.select(0, x), 0.0)
     assert [a.select(1, x) for _ in range(20)] == [b.select(1, x) for _ in range(20)]
+
+
+def _fake_prior(rng, k=K, d=D):
+    from types import SimpleNamespace
+
+    W = rng.normal(size=(k, d, d))
+    return SimpleNamespace(
+        shared_mean=rng.normal(size=(k, d)),
+        shared_cov=W @ np.swapaxes(W, -1, -2) + 0.2 * np.eye(d),
+        Sigma=np.stack([np.eye(d) * (i + 1) for i in range(k)]),
+        sigma2=np.linspace(0.5, 1.5, k),
+    )
+
+
+def test_warm_start_fixed_prior_is_exact_posterior(rng):
+    prior = _fake_prior(rng)
+    p = EbmTS(N, K, D, prior=prior, prior_mode="fixed", rng=0)
+    post0 = p.posterior()
+    np.testing.assert_allclose(post0["mean"].values[:, 0], prior.shared_mean, rtol=1e-10)
+    np.testing.assert_allclose(
+        post0["cov"].values[:, 1], prior.Sigma + prior.shared_cov, rtol=1e-10
+    )
+    rows = _feed(p, rng, 200)
+    post = p.posterior()
+    for k in range(K):
+        X, y, inst = _arm_rows(rows, k)
+        st = suffstats(X, y, inst, N)
+        ref = posterior_given_hyper(
+            st.G,
+            st.b,
+            prior.Sigma[k],
+            prior.sigma2[k],
+            1.0,
+            shared_prior=(prior.shared_mean[k], prior.shared_cov[k]),
+        )
+        np.testing.assert_allclose(post["mean"].values[k], ref.mean, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(post["cov"].values[k], ref.cov, rtol=1e-8, atol=1e-12)
+    np.testing.assert_array_equal(p.hyperparameters().Sigma.values, prior.Sigma)
+
+
+def test_warm_start_init_mode_then_empirical_bayes(rng):
+    prior = _fake_prior(rng)
+    p = EbmUCB(N, K, D, prior=prior, rng=0)
+    np.testing.assert_allclose(p.hyperparameters().sigma2.values, prior.sigma2)
+    _feed(p, rng, 300)
+    assert not np.allclose(p.hyperparameters().sigma2.values, prior.sigma2)
+
+
+def test_warm_start_validation(rng):
+    prior = _fake_prior(rng)
+    with pytest.raises(ValueError, match="prior"):
+        EbmTS(N, K, D, prior=prior, Sigma_init=np.eye(D))
+    with pytest.raises(ValueError, match="prior.shared_mean"):
+        EbmTS(N, K + 1, D, prior=prior)
+    with pytest.raises(TypeError, match="prior"):
+        EbmTS(N, K, D, prior=object())
+    with pytest.raises(ValueError, match="prior_mode"):
+        EbmTS(N, K, D, prior=prior, prior_mode="frozen")
+    c = EbmTS(N, K, D, prior=prior, prior_mode="fixed", rng=1).clone()
+    assert c.prior is prior and c.prior_mode == "fixed"
