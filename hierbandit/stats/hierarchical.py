@@ -25,11 +25,11 @@ from .suffstats import suffstats
 
 __all__ = [
     "HierarchicalPosterior",
-    "shared_prior_arrays",
     "IncrementalHierarchicalPosterior",
     "hierarchical_posterior",
     "posterior_cross_covariances",
     "posterior_given_hyper",
+    "shared_prior_arrays",
 ]
 
 

@@ -383,7 +383,7 @@ def test_warm_start_validation(rng):
     prior = _fake_prior(rng)
     with pytest.raises(ValueError, match="prior"):
         EbmTS(N, K, D, prior=prior, Sigma_init=np.eye(D))
-    with pytest.raises(ValueError, match="prior.shared_mean"):
+    with pytest.raises(ValueError, match=r"prior\.shared_mean"):
         EbmTS(N, K + 1, D, prior=prior)
     with pytest.raises(TypeError, match="prior"):
         EbmTS(N, K, D, prior=object())
