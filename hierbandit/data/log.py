@@ -1,0 +1,732 @@
+"""Historical interaction logs: a tidy table of past (instance, arm, context, reward) rows.
+
+A user who wants to fit a hierarchical prior brings a log of past interactions as a
+:class:`pandas.DataFrame`, a CSV / Parquet / netCDF file, or an :class:`xarray.Dataset` whose
+variables are the columns along one row dimension. :func:`read_log` validates it once and returns
+a :class:`HistoricalLog`: plain NumPy arrays with the instance and arm ids coded to ``0..N-1`` and
+``0..K-1``, the original ids kept as labels, and a content hash for provenance.
+
+Conventions
+-----------
+* Instance and arm ids must be non-negative integers (floats with integral values are accepted
+  and converted; strings, booleans and non-integral floats are rejected). Codes follow the sorted
+  order of the original ids.
+* Rewards and features must be finite numbers. Boolean columns count as numeric (``0.0``/``1.0``).
+* Row order is kept: the log is a sequence, and the hash depends on the order of the rows.
+* Every error is raised before anything is built, and names the argument or column at fault.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from .._validation import check_index, check_positive_int
+from ..stats.suffstats import SuffStats, suffstats
+
+__all__ = ["HistoricalLog", "check_min_rows", "read_log"]
+
+#: File extensions :func:`read_log` understands (case-insensitive).
+CSV_SUFFIXES = (".csv",)
+CSV_COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zip", ".zst")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+NETCDF_SUFFIXES = (".nc",)
+
+_HASH_TAG = b"hierbandit.HistoricalLog/v1\x00"
+# pandas < 3 parses CSV floats with a fast, not always exact parser unless asked; pandas 3 is
+# exact by default and deprecates the option.
+_CSV_OPTIONS: dict[str, Any] = (
+    {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+)
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    arr = np.ascontiguousarray(arr)
+    arr.setflags(write=False)
+    return arr
+
+
+def _content_hash(
+    X: np.ndarray,
+    y: np.ndarray,
+    instance_per_row: np.ndarray,
+    arm_per_row: np.ndarray,
+    features: tuple[str, ...],
+) -> str:
+    """SHA-256 over a canonical byte encoding of the log's content.
+
+    The encoding is: a version tag; a JSON header with the number of rows and the feature names;
+    then ``X`` (row-major), ``y``, the per-row instance ids and the per-row arm ids as
+    little-endian float64 / int64 bytes. ``-0.0`` is encoded as ``0.0``.
+    """
+    h = hashlib.sha256(_HASH_TAG)
+    header = {"n_rows": int(X.shape[0]), "features": list(features)}
+    h.update(json.dumps(header, sort_keys=True, ensure_ascii=True).encode("ascii"))
+    h.update(b"\x00")
+    for arr, dtype in ((X, "<f8"), (y, "<f8"), (instance_per_row, "<i8"), (arm_per_row, "<i8")):
+        a = np.ascontiguousarray(arr, dtype=dtype)
+        if dtype == "<f8":
+            a = a + 0.0  # canonical zero: -0.0 + 0.0 == +0.0
+        h.update(a.tobytes(order="C"))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class HistoricalLog:
+    """A validated log of past interactions, coded for the statistics core.
+
+    Build one with :func:`read_log`. Constructing it directly validates the arrays and computes
+    ``data_hash`` when it is left empty.
+
+    Parameters
+    ----------
+    X : ndarray, shape (T, d), float64
+        Context features of each row.
+    y : ndarray, shape (T,), float64
+        Observed rewards.
+    instance : ndarray, shape (T,), int64
+        Instance codes in ``[0, N)``; ``instance_labels[instance[t]]`` is the original id.
+    arm : ndarray, shape (T,), int64
+        Arm codes in ``[0, K)``; ``arm_labels[arm[t]]`` is the original id.
+    features : tuple of str
+        Feature (column) names, one per column of ``X``.
+    instance_labels : ndarray, shape (N,), int64
+        The original instance ids, sorted and unique.
+    arm_labels : ndarray, shape (K,), int64
+        The original arm ids, sorted and unique (``[0]`` for a single-arm log).
+    source : str
+        Where the data came from: a file path, ``"DataFrame"`` or ``"xarray.Dataset"``.
+    data_hash : str
+        SHA-256 hex digest of the content (``X``, ``y``, the per-row instance and arm ids and the
+        feature names, in row order); independent of ``source`` and of the column names.
+    instance_column, arm_column, reward_column : str
+        The column names read (``arm_column`` is ``None`` for a single-arm log).
+
+    Notes
+    -----
+    Two logs compare equal when they hold the same data (same hash and arrays), whatever their
+    source. The arrays are read-only.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    instance: np.ndarray
+    arm: np.ndarray
+    features: tuple[str, ...]
+    instance_labels: np.ndarray
+    arm_labels: np.ndarray
+    source: str = "arrays"
+    data_hash: str = ""
+    instance_column: str = "instance"
+    arm_column: str | None = "arm"
+    reward_column: str = "reward"
+    _per_arm_index: tuple[np.ndarray, ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        X = np.asarray(self.X)
+        if X.ndim != 2 or X.dtype.kind not in "biuf":
+            raise ValueError(f"X must be a numeric 2-D array, got shape {X.shape}, dtype {X.dtype}")
+        X = X.astype(np.float64)
+        T, d = X.shape
+        y = np.asarray(self.y)
+        if y.dtype.kind not in "biuf":
+            raise TypeError(f"y must be numeric, got dtype {y.dtype}")
+        y = y.astype(np.float64)
+        if y.shape != (T,):
+            raise ValueError(f"y must have shape ({T},), got {y.shape}")
+        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
+            raise ValueError("X and y must be finite (no NaN or inf)")
+        features = tuple(str(f) for f in self.features)
+        if len(features) != d:
+            raise ValueError(f"features must name the {d} columns of X, got {len(features)} names")
+        if len(set(features)) != d:
+            raise ValueError(f"features must be unique, got {list(features)}")
+        codes = {}
+        labels = {}
+        for name in ("instance", "arm"):
+            lab = np.asarray(getattr(self, f"{name}_labels"))
+            code = np.asarray(getattr(self, name))
+            if lab.ndim != 1 or lab.dtype.kind not in "iu" or lab.size == 0:
+                raise ValueError(f"{name}_labels must be a non-empty 1-D integer array")
+            lab = lab.astype(np.int64)
+            if lab.size > 1 and np.any(np.diff(lab) <= 0):
+                raise ValueError(f"{name}_labels must be sorted and unique")
+            if code.shape != (T,) or (T and code.dtype.kind not in "iu"):
+                raise ValueError(f"{name} must be an integer array of shape ({T},)")
+            code = code.astype(np.int64)
+            if T and (code.min() < 0 or code.max() >= lab.size):
+                raise ValueError(f"{name} codes must be in [0, {lab.size})")
+            codes[name], labels[name] = code, lab
+        digest = _content_hash(
+            X,
+            y,
+            labels["instance"][codes["instance"]],
+            labels["arm"][codes["arm"]],
+            features,
+        )
+        if self.data_hash and self.data_hash != digest:
+            raise ValueError("data_hash does not match the data")
+        order = np.argsort(codes["arm"], kind="stable")
+        bounds = np.searchsorted(codes["arm"][order], np.arange(labels["arm"].size + 1))
+        per_arm = tuple(_readonly(order[bounds[k] : bounds[k + 1]]) for k in range(bounds.size - 1))
+        for attr, value in (
+            ("X", _readonly(X)),
+            ("y", _readonly(y)),
+            ("instance", _readonly(codes["instance"])),
+            ("arm", _readonly(codes["arm"])),
+            ("instance_labels", _readonly(labels["instance"])),
+            ("arm_labels", _readonly(labels["arm"])),
+            ("features", features),
+            ("data_hash", digest),
+            ("_per_arm_index", per_arm),
+        ):
+            object.__setattr__(self, attr, value)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_rows(self) -> int:
+        """Number of rows ``T``."""
+        return int(self.X.shape[0])
+
+    @property
+    def n_instances(self) -> int:
+        """Number of distinct instances ``N``."""
+        return int(self.instance_labels.size)
+
+    @property
+    def n_arms(self) -> int:
+        """Number of distinct arms ``K``."""
+        return int(self.arm_labels.size)
+
+    @property
+    def n_features(self) -> int:
+        """Number of features ``d``."""
+        return int(self.X.shape[1])
+
+    # ------------------------------------------------------------------ comparisons
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HistoricalLog):
+            return NotImplemented
+        return (
+            self.data_hash == other.data_hash
+            and self.features == other.features
+            and np.array_equal(self.instance_labels, other.instance_labels)
+            and np.array_equal(self.arm_labels, other.arm_labels)
+            and np.array_equal(self.instance, other.instance)
+            and np.array_equal(self.arm, other.arm)
+            and np.array_equal(self.X, other.X)
+            and np.array_equal(self.y, other.y)
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.data_hash)
+
+    def __repr__(self) -> str:
+        return (
+            f"HistoricalLog(n_rows={self.n_rows}, n_instances={self.n_instances}, "
+            f"n_arms={self.n_arms}, features={list(self.features)}, source={self.source!r}, "
+            f"data_hash={self.data_hash[:12]}…)"
+        )
+
+    # ------------------------------------------------------------------ views
+    def suffstats(self) -> SuffStats:
+        """Per-(arm, instance) sufficient statistics.
+
+        Returns
+        -------
+        SuffStats
+            ``(G, b, q, n)`` with ``G`` of shape ``(K, N, d, d)`` (``XᵀX``), ``b`` of shape
+            ``(K, N, d)`` (``Xᵀy``), ``q`` of shape ``(K, N)`` (``yᵀy``) and ``n`` of shape
+            ``(K, N)`` int64 (row counts), computed by :func:`hierbandit.stats.suffstats` on each
+            arm's rows.
+        """
+        K, N, d = self.n_arms, self.n_instances, self.n_features
+        G = np.empty((K, N, d, d))
+        b = np.empty((K, N, d))
+        q = np.empty((K, N))
+        n = np.empty((K, N), dtype=np.int64)
+        for k in range(K):
+            Xk, yk, ik = self.arm_rows(k)
+            s = suffstats(Xk, yk, ik, N)
+            G[k], b[k], q[k], n[k] = s.G, s.b, s.q, s.n
+        return SuffStats(G, b, q, n)
+
+    def arm_rows(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows of arm code ``k`` (in log order).
+
+        Parameters
+        ----------
+        k : int
+            Arm code in ``[0, K)`` (not the original label; see ``arm_labels``).
+
+        Returns
+        -------
+        X : ndarray, shape (T_k, d)
+        y : ndarray, shape (T_k,)
+        instance : ndarray, shape (T_k,)
+            Instance codes in ``[0, N)``.
+        """
+        k = check_index(k, self.n_arms, "k")
+        idx = self._per_arm_index[k]
+        return self.X[idx], self.y[idx], self.instance[idx]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """The log as a tidy DataFrame with the original ids and column names.
+
+        Columns: the instance column, the arm column (omitted for a single-arm log read without
+        one), the reward column, then the features. ``read_log`` on the result with the same
+        column names returns an equal log.
+        """
+        cols: dict[str, np.ndarray] = {
+            self.instance_column: self.instance_labels[self.instance].copy()
+        }
+        if self.arm_column is not None:
+            cols[self.arm_column] = self.arm_labels[self.arm].copy()
+        cols[self.reward_column] = self.y.copy()
+        for j, name in enumerate(self.features):
+            cols[name] = self.X[:, j].copy()
+        return pd.DataFrame(cols)
+
+    def to_dataset(self, dim: str = "row") -> xr.Dataset:
+        """The log as an :class:`xarray.Dataset`: one variable per column along ``dim``.
+
+        Provenance (source, hash, column roles) is stored in the attributes.
+        """
+        df = self.to_dataframe()
+        ds = xr.Dataset({name: (dim, df[name].to_numpy()) for name in df.columns})
+        ds.attrs.update(
+            source=self.source,
+            data_hash=self.data_hash,
+            instance_column=self.instance_column,
+            arm_column=self.arm_column or "",
+            reward_column=self.reward_column,
+            features=json.dumps(list(self.features)),
+        )
+        return ds
+
+    def provenance(self) -> dict[str, Any]:
+        """A JSON-serialisable record of where the log came from and what it holds."""
+        return {
+            "source": self.source,
+            "data_hash": self.data_hash,
+            "n_rows": self.n_rows,
+            "n_instances": self.n_instances,
+            "n_arms": self.n_arms,
+            "n_features": self.n_features,
+            "features": list(self.features),
+            "columns": {
+                "instance": self.instance_column,
+                "arm": self.arm_column,
+                "reward": self.reward_column,
+                "features": list(self.features),
+            },
+        }
+
+
+# ---------------------------------------------------------------------- reading
+
+
+def _check_column_name(value: Any, name: str, *, allow_none: bool = False) -> str | None:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        want = "a column name (str) or None" if allow_none else "a column name (str)"
+        raise TypeError(f"{name} must be {want}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_features_arg(features: Any) -> list[str] | None:
+    if features is None:
+        return None
+    if isinstance(features, str):
+        return [features]
+    if not isinstance(features, Sequence | np.ndarray | pd.Index):
+        raise TypeError(
+            f"features must be None or a list of column names, got {type(features).__name__}"
+        )
+    out = list(features)
+    for f in out:
+        if not isinstance(f, str):
+            raise TypeError(f"features must hold column names (str), got {type(f).__name__} {f!r}")
+    return out
+
+
+def _suffix(path: Path) -> tuple[str, str]:
+    """Return (kind, matched suffix) for a path, or ("", suffix) if unknown."""
+    suffixes = [s.lower() for s in path.suffixes]
+    last = suffixes[-1] if suffixes else ""
+    if last in CSV_SUFFIXES:
+        return "csv", last
+    if last in PARQUET_SUFFIXES:
+        return "parquet", last
+    if last in NETCDF_SUFFIXES:
+        return "netcdf", last
+    if last in CSV_COMPRESSION_SUFFIXES and len(suffixes) >= 2 and suffixes[-2] in CSV_SUFFIXES:
+        return "csv", suffixes[-2] + last
+    return "", last
+
+
+def _dataset_to_frame(ds: xr.Dataset) -> pd.DataFrame:
+    if len(ds.sizes) > 1:
+        raise ValueError(
+            "data: an xarray Dataset must have its columns along one row dimension, "
+            f"got dimensions {dict(ds.sizes)}"
+        )
+    dims = tuple(ds.sizes)
+    cols: dict[str, np.ndarray] = {}
+    for name, var in ds.variables.items():
+        if name in ds.indexes and var.dims == (name,):
+            continue  # the row index coordinate, not a column
+        if var.ndim == 0:
+            continue  # scalar metadata
+        if var.dims != dims:
+            raise ValueError(
+                f"data: variable {name!r} has dimensions {var.dims}, expected the row dimension "
+                f"{dims}"
+            )
+        cols[str(name)] = np.asarray(var.values)
+    n = ds.sizes[dims[0]] if dims else 0
+    return pd.DataFrame(cols, index=pd.RangeIndex(n))
+
+
+def _load(data: Any) -> tuple[pd.DataFrame, str]:
+    """Turn the supported inputs into a DataFrame (not copied) and a source description."""
+    if isinstance(data, pd.DataFrame):
+        return data, "DataFrame"
+    if isinstance(data, xr.Dataset):
+        return _dataset_to_frame(data), "xarray.Dataset"
+    if isinstance(data, str | Path):
+        path = Path(data).expanduser()
+        kind, suffix = _suffix(path)
+        if not kind:
+            known = ", ".join(CSV_SUFFIXES + PARQUET_SUFFIXES + NETCDF_SUFFIXES)
+            raise ValueError(
+                f"data: unknown file extension {suffix or '(none)'!r} for {str(path)!r}; "
+                f"expected one of {known} (CSV may also be compressed, e.g. .csv.gz)"
+            )
+        if not path.exists():
+            raise ValueError(f"data: file {str(path)!r} does not exist")
+        if path.is_dir() and kind != "parquet":
+            raise ValueError(f"data: {str(path)!r} is a directory, not a {kind} file")
+        try:
+            if kind == "csv":
+                frame = pd.read_csv(path, **_CSV_OPTIONS)
+            elif kind == "parquet":
+                frame = pd.read_parquet(path)
+            else:
+                with xr.open_dataset(path, engine="h5netcdf") as ds:
+                    ds = ds.load()
+                return _dataset_to_frame(ds), str(path)
+        except ValueError as exc:
+            if str(exc).startswith("data:"):
+                raise
+            raise ValueError(f"data: could not read {kind} file {str(path)!r}: {exc}") from exc
+        except Exception as exc:
+            raise ValueError(f"data: could not read {kind} file {str(path)!r}: {exc}") from exc
+        return frame, str(path)
+    raise TypeError(
+        "data must be a pandas DataFrame, an xarray Dataset, a HistoricalLog or a path to a "
+        f".csv/.parquet/.pq/.nc file, got {type(data).__name__}"
+    )
+
+
+def _missing_column(arg: str, column: str, available: list[str]) -> ValueError:
+    close = difflib.get_close_matches(column, available, n=3, cutoff=0.5)
+    if not close:
+        close = [c for c in available if c.lower() == column.lower()]
+    hint = ""
+    if close:
+        hint = " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+    return ValueError(
+        f"{arg}: column {column!r} not found{hint}; available columns: "
+        + ", ".join(repr(c) for c in available)
+    )
+
+
+def _ids(series: pd.Series, column: str, role: str) -> np.ndarray:
+    """Validate an id column and return it as int64."""
+    dtype = series.dtype
+    kind = getattr(dtype, "kind", "O")
+    what = f"{role} column {column!r}"
+    if kind == "b" or kind not in "iuf":
+        raise TypeError(f"{what} must hold non-negative integer ids, got dtype {dtype}")
+    values = series.to_numpy(dtype=np.float64, na_value=np.nan) if kind == "f" else None
+    if kind in "iu":
+        if series.hasnans:
+            raise ValueError(f"{what} has {int(series.isna().sum())} rows with missing ids")
+        if kind == "u" and len(series) and series.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"{what} has ids too large for int64")
+        out = series.to_numpy(dtype=np.int64)
+    else:
+        assert values is not None
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise ValueError(
+                f"{what} has {int(bad.sum())} rows with missing (NaN) or infinite ids "
+                f"(first at row {int(np.flatnonzero(bad)[0])})"
+            )
+        frac = values != np.round(values)
+        if frac.any():
+            i = int(np.flatnonzero(frac)[0])
+            raise TypeError(
+                f"{what} must hold integer ids, got {int(frac.sum())} non-integral values "
+                f"(e.g. {values[i]!r} at row {i})"
+            )
+        if np.any(np.abs(values) >= 2.0**63):
+            raise ValueError(f"{what} has ids too large for int64")
+        out = values.astype(np.int64)
+    neg = out < 0
+    if neg.any():
+        i = int(np.flatnonzero(neg)[0])
+        raise ValueError(
+            f"{what} must hold non-negative ids, got {int(neg.sum())} negative "
+            f"(e.g. {int(out[i])} at row {i})"
+        )
+    return out
+
+
+def _numeric(series: pd.Series, column: str, role: str) -> np.ndarray:
+    """Validate a reward/feature column and return it as finite float64."""
+    dtype = series.dtype
+    if getattr(dtype, "kind", "O") not in "biuf":
+        raise TypeError(f"{role} column {column!r} must be numeric, got dtype {dtype}")
+    values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        n_nan = int(np.isnan(values).sum())
+        n_inf = int(bad.sum()) - n_nan
+        raise ValueError(
+            f"{role} column {column!r} has {int(bad.sum())} rows with NaN or inf "
+            f"({n_nan} NaN, {n_inf} inf; first at row {int(np.flatnonzero(bad)[0])})"
+        )
+    return values
+
+
+def read_log(
+    data: Any,
+    *,
+    instance: str = "instance",
+    arm: str | None = "arm",
+    reward: str = "reward",
+    features: Sequence[str] | None = None,
+) -> HistoricalLog:
+    """Read and validate a tidy log of past interactions.
+
+    Parameters
+    ----------
+    data : DataFrame, str, Path, xarray.Dataset or HistoricalLog
+        One row per interaction. A path must end in ``.csv`` (optionally compressed, e.g.
+        ``.csv.gz``), ``.parquet``/``.pq`` or ``.nc`` (opened with xarray's ``h5netcdf``
+        engine). A Dataset must hold its columns as variables along one row dimension (the
+        dimension's index coordinate is not a column). A HistoricalLog is returned as is.
+    instance : str, default "instance"
+        Column of instance (user) ids: non-negative integers.
+    arm : str or None, default "arm"
+        Column of arm ids: non-negative integers. ``None`` means a single-arm log (every row is
+        arm ``0``); so does the default ``"arm"`` when the data has no such column. A non-default
+        arm column that is missing is an error.
+    reward : str, default "reward"
+        Column of rewards (finite numbers).
+    features : sequence of str, optional
+        Feature columns, in order. ``None`` takes every other numeric column (booleans
+        included, as 0/1) in the data's order, skipping non-numeric ones; list the columns
+        explicitly to leave out numeric reference columns such as timestamps.
+
+    Returns
+    -------
+    HistoricalLog
+
+    Raises
+    ------
+    TypeError
+        Unsupported ``data`` type, wrong argument types, a non-numeric reward or explicitly
+        listed feature, or ids that are not integers.
+    ValueError
+        Unreadable file or unknown extension, empty data, missing columns (with close matches
+        suggested), no or duplicate features, a feature that is also the instance/arm/reward
+        column, NaN or inf in the reward or features, or missing/negative ids.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"instance": [7, 3, 7], "arm": [1, 1, 4], "reward": [1.0, 0.0, 2.0],
+    ...                    "x": [0.5, 1.0, -1.0]})
+    >>> log = read_log(df)
+    >>> log.instance.tolist(), log.instance_labels.tolist(), log.arm.tolist()
+    ([1, 0, 1], [3, 7], [0, 0, 1])
+    """
+    if isinstance(data, HistoricalLog):
+        return data
+    instance_col = _check_column_name(instance, "instance")
+    arm_col = _check_column_name(arm, "arm", allow_none=True)
+    reward_col = _check_column_name(reward, "reward")
+    feature_cols = _check_features_arg(features)
+    assert instance_col is not None and reward_col is not None
+
+    frame, source = _load(data)
+    if frame.shape[0] == 0:
+        raise ValueError(f"data is empty (0 rows; columns {[str(c) for c in frame.columns]})")
+    columns = [str(c) for c in frame.columns]
+    dup_cols = sorted({c for c in columns if columns.count(c) > 1})
+    if dup_cols:
+        raise ValueError(f"data has duplicate column names: {dup_cols}")
+    by_name = dict(zip(columns, frame.columns, strict=True))
+
+    # -- roles
+    if instance_col not in by_name:
+        raise _missing_column("instance", instance_col, columns)
+    if reward_col not in by_name:
+        raise _missing_column("reward", reward_col, columns)
+    if arm_col is not None and arm_col not in by_name:
+        if arm == "arm":
+            arm_col = None  # default name absent: a single-arm log
+        else:
+            raise _missing_column("arm", arm_col, columns)
+    roles = {"instance": instance_col, "reward": reward_col}
+    if arm_col is not None:
+        roles["arm"] = arm_col
+    seen: dict[str, str] = {}
+    for role, col in roles.items():
+        if col in seen:
+            raise ValueError(f"{role} and {seen[col]} must be different columns, both are {col!r}")
+        seen[col] = role
+
+    # -- features
+    if feature_cols is None:
+        feature_cols = [
+            c
+            for c in columns
+            if c not in seen and getattr(frame[by_name[c]].dtype, "kind", "O") in "biuf"
+        ]
+        if not feature_cols:
+            raise ValueError(
+                "features: no numeric feature columns besides the instance/arm/reward columns; "
+                f"available columns: {columns}"
+            )
+    else:
+        if not feature_cols:
+            raise ValueError("features must name at least one column, got an empty list")
+        dups = sorted({f for f in feature_cols if feature_cols.count(f) > 1})
+        if dups:
+            raise ValueError(f"features has duplicate names: {dups}")
+        for f in feature_cols:
+            if f in seen:
+                raise ValueError(f"features must not include the {seen[f]} column {f!r}")
+            if f not in by_name:
+                raise _missing_column("features", f, columns)
+            kind = getattr(frame[by_name[f]].dtype, "kind", "O")
+            if kind not in "biuf":
+                raise TypeError(
+                    f"features: column {f!r} must be numeric, got dtype {frame[by_name[f]].dtype}"
+                )
+
+    # -- values (all checked before anything is built)
+    inst_ids = _ids(frame[by_name[instance_col]], instance_col, "instance")
+    if arm_col is not None:
+        arm_ids = _ids(frame[by_name[arm_col]], arm_col, "arm")
+    else:
+        arm_ids = np.zeros(frame.shape[0], dtype=np.int64)
+    y = _numeric(frame[by_name[reward_col]], reward_col, "reward")
+    X = np.empty((frame.shape[0], len(feature_cols)))
+    for j, f in enumerate(feature_cols):
+        X[:, j] = _numeric(frame[by_name[f]], f, "feature")
+
+    inst_labels, inst_codes = np.unique(inst_ids, return_inverse=True)
+    arm_labels, arm_codes = np.unique(arm_ids, return_inverse=True)
+    return HistoricalLog(
+        X=X,
+        y=y,
+        instance=inst_codes.reshape(-1).astype(np.int64),
+        arm=arm_codes.reshape(-1).astype(np.int64),
+        features=tuple(feature_cols),
+        instance_labels=inst_labels,
+        arm_labels=arm_labels,
+        source=source,
+        instance_column=instance_col,
+        arm_column=arm_col,
+        reward_column=reward_col,
+    )
+
+
+# ---------------------------------------------------------------------- sample-size checks
+
+
+def check_min_rows(
+    log: HistoricalLog,
+    *,
+    per_arm: int | None = None,
+    instances_per_arm: int | None = None,
+    min_rows_per_instance: int = 1,
+    method: str = "this method",
+) -> None:
+    """Raise if some arm has too little data for ``method``.
+
+    Parameters
+    ----------
+    log : HistoricalLog
+        The log to check.
+    per_arm : int, optional
+        Minimum number of rows every arm needs.
+    instances_per_arm : int, optional
+        Minimum number of instances, per arm, that have at least ``min_rows_per_instance`` rows
+        of that arm.
+    min_rows_per_instance : int, default 1
+        Rows an instance needs in an arm to count towards ``instances_per_arm``.
+    method : str
+        Name of the estimator asking, used in the message.
+
+    Raises
+    ------
+    ValueError
+        Listing every arm (by original label) that falls short, with what it needs and has.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> log = read_log(pd.DataFrame({"instance": [0, 0, 1], "reward": [1.0, 2.0, 3.0],
+    ...                              "x": [1.0, 1.0, 1.0]}))
+    >>> check_min_rows(log, per_arm=3, instances_per_arm=2, method="ols")
+    >>> check_min_rows(log, instances_per_arm=2, min_rows_per_instance=2, method="ols")
+    Traceback (most recent call last):
+    ...
+    ValueError: ols: not enough data in the log: arm 0 needs at least 2 instances with >= 2 rows each, has 1
+    """
+    if not isinstance(log, HistoricalLog):
+        raise TypeError(f"log must be a HistoricalLog, got {type(log).__name__}")
+    if per_arm is not None:
+        per_arm = check_positive_int(per_arm, "per_arm", minimum=0)
+    if instances_per_arm is not None:
+        instances_per_arm = check_positive_int(instances_per_arm, "instances_per_arm", minimum=0)
+    min_rows_per_instance = check_positive_int(
+        min_rows_per_instance, "min_rows_per_instance", minimum=1
+    )
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a str, got {type(method).__name__}")
+    counts = np.zeros((log.n_arms, log.n_instances), dtype=np.int64)
+    np.add.at(counts, (log.arm, log.instance), 1)
+    problems = []
+    for k in range(log.n_arms):
+        label = log.arm_labels[k]
+        rows = int(counts[k].sum())
+        if per_arm is not None and rows < per_arm:
+            problems.append(f"arm {label} needs at least {per_arm} rows, has {rows}")
+        if instances_per_arm is not None:
+            have = int(np.sum(counts[k] >= min_rows_per_instance))
+            if have < instances_per_arm:
+                problems.append(
+                    f"arm {label} needs at least {instances_per_arm} instances with "
+                    f">= {min_rows_per_instance} rows each, has {have}"
+                )
+    if problems:
+        raise ValueError(f"{method}: not enough data in the log: " + "; ".join(problems))
