@@ -19,6 +19,7 @@ from .hierarchical import (
     posterior_cross_covariances,
     posterior_given_hyper,
 )
+from .marginal import MLResult, collapsed_loglik, fit_type2_ml, marginal_loglik
 from .ridge import OLSStats, RidgeStats, ols_solve
 from .suffstats import SuffStats, suffstats
 
@@ -27,14 +28,18 @@ __all__ = [
     "EBResult",
     "HierarchicalPosterior",
     "IncrementalHierarchicalPosterior",
+    "MLResult",
     "OLSStats",
     "RidgeStats",
     "SuffStats",
     "bickel_levina_threshold",
+    "collapsed_loglik",
     "empirical_bayes",
     "estimate_Sigma",
     "estimate_sigma2",
+    "fit_type2_ml",
     "hierarchical_posterior",
+    "marginal_loglik",
     "ols_estimates",
     "ols_solve",
     "posterior_cross_covariances",
