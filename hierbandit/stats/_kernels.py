@@ -774,3 +774,68 @@ def reestimate_arm(
             sigma2 = estimate_sigma2(G, b, q, n_obs, mean, sigma2, sigma2_floor)
     ok &= arm_posterior(G, b, Sigma_out, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
     return sigma2, gamma, n_eff, ok
+
+
+@njit(**_JIT)
+def conditional_draws(G, b, Sigma, sig2, P0, h0, beta0_in, have_beta0, z0, Z, beta0_out, beta_out):
+    """Exact draws of the shared and instance coefficients given hyperparameter draws.
+
+    ``Sigma`` (C, D, K, d, d) and ``sig2`` (C, D, K) are posterior draws; for each draw and arm the
+    closed form gives β₀ | Σ, σ², y ~ N(β̂₀, Φ) (used unless ``have_beta0``, when ``beta0_in`` holds
+    sampled values) and β_j | β₀, Σ, σ², y ~ N(A_jβ₀ + C̃_jb_j, σ²C̃_j). ``z0`` (C, D, K, d) and
+    ``Z`` (C, D, K, N, d) are standard normal variates.
+    """
+    C_, D_, Kn = sig2.shape
+    N, d = b.shape[1], b.shape[2]
+    Ct = np.empty((N, d, d))
+    A = np.empty((N, d, d))
+    P = np.empty((d, d))
+    r = np.empty(d)
+    Phi = np.empty((d, d))
+    m0 = np.empty(d)
+    L = np.empty((d, d))
+    S = np.empty((d, d))
+    for c in range(C_):
+        for t in range(D_):
+            for k in range(Kn):
+                s2 = sig2[c, t, k]
+                arm_posterior(G[k], b[k], Sigma[c, t, k], s2, P0, h0, Ct, A, P, r, Phi, m0)
+                if have_beta0:
+                    for i in range(d):
+                        beta0_out[c, t, k, i] = beta0_in[c, t, k, i]
+                else:
+                    _jittered_cholesky(Phi, 1.0, S, L)
+                    for i in range(d):
+                        v = m0[i]
+                        for m in range(i + 1):
+                            v += L[i, m] * z0[c, t, k, m]
+                        beta0_out[c, t, k, i] = v
+                for j in range(N):
+                    _jittered_cholesky(Ct[j], s2, S, L)
+                    for i in range(d):
+                        v = 0.0
+                        for m in range(d):
+                            v += A[j, i, m] * beta0_out[c, t, k, m] + Ct[j, i, m] * b[k, j, m]
+                        for m in range(i + 1):
+                            v += L[i, m] * Z[c, t, k, j, m]
+                        beta_out[c, t, k, j, i] = v
+
+
+@njit(**_JIT)
+def _jittered_cholesky(C, scale, S, L):
+    """Cholesky factor of scale·C (symmetrised), with a growing jitter if it is not numerically PD."""
+    d = C.shape[0]
+    tr = 0.0
+    for i in range(d):
+        tr += C[i, i]
+    jitter = 0.0
+    for _ in range(8):
+        for i in range(d):
+            for m in range(d):
+                S[i, m] = scale * 0.5 * (C[i, m] + C[m, i]) + (jitter if i == m else 0.0)
+        if cholesky_lower(S, L):
+            return
+        jitter = max(jitter * 100.0, 1e-12 * scale * max(tr, 1e-300))
+    for i in range(d):
+        for m in range(d):
+            L[i, m] = 0.0

@@ -1,0 +1,276 @@
+"""Fit a hierarchical prior to a historical log: empirical Bayes, type-II ML, or full Bayes (NUTS).
+
+All three return one :class:`~hierbandit.bayes.prior.HierarchicalPrior` with the per-arm shared
+mean β_{k0} (and its covariance), Σ_k and σ²_k, plus provenance. ``EbmTS(..., prior=prior)``
+warm-starts from any of them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .. import __version__
+from .._validation import check_choice, check_positive_int, check_scalar
+from ..data import HistoricalLog, check_min_rows, read_log
+from ..stats import EBOptions, empirical_bayes, fit_type2_ml, posterior_given_hyper
+from .prior import HierarchicalPrior
+
+__all__ = ["METHODS", "fit_prior", "prior_from_arrays"]
+
+METHODS = ("eb", "ml", "mcmc")
+
+
+def prior_from_arrays(
+    shared_mean: Any,
+    shared_cov: Any,
+    Sigma: Any,
+    sigma2: Any,
+    *,
+    arms: Any = None,
+    features: Any = None,
+    extra: dict[str, tuple[tuple[str, ...], Any]] | None = None,
+    idata: Any = None,
+    **attrs: Any,
+) -> HierarchicalPrior:
+    """Build a :class:`HierarchicalPrior` from arrays (K, d), (K, d, d), (K, d, d), (K,)."""
+    shared_mean = np.asarray(shared_mean, dtype=float)
+    Kn, d = shared_mean.shape
+    feats = list(features) if features is not None else [f"x{i}" for i in range(d)]
+    data: dict[str, Any] = {
+        "shared_mean": (("arm", "feature"), shared_mean),
+        "shared_cov": (("arm", "feature", "feature_"), np.asarray(shared_cov, dtype=float)),
+        "Sigma": (("arm", "feature", "feature_"), np.asarray(Sigma, dtype=float)),
+        "sigma2": (("arm",), np.asarray(sigma2, dtype=float)),
+    }
+    data.update(extra or {})
+    ds = xr.Dataset(
+        data,
+        coords={
+            "arm": np.asarray(arms) if arms is not None else np.arange(Kn),
+            "feature": feats,
+            "feature_": feats,
+        },
+        attrs=attrs,
+    )
+    return HierarchicalPrior(ds, idata)
+
+
+def _provenance(log: HistoricalLog, method: str, config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "method": method,
+        "hierbandit_version": __version__,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "data_hash": log.data_hash,
+        "data_source": log.source,
+        "n_rows": log.n_rows,
+        "n_instances": log.n_instances,
+        "config": config,
+        "data": log.provenance(),
+    }
+
+
+def _fit_eb(log: HistoricalLog, lam: float, options: EBOptions, seed: int) -> HierarchicalPrior:
+    st = log.suffstats()
+    Kn, d = log.n_arms, log.n_features
+    rng = np.random.default_rng(seed)
+    out = {k: [] for k in ("m", "S0", "Sigma", "s2", "gamma", "n_eff")}
+    for k in range(Kn):
+        res = empirical_bayes(st.G[k], st.b[k], st.q[k], st.n[k], lam, options=options, rng=rng)
+        out["m"].append(res.posterior.shared_mean)
+        out["S0"].append(res.posterior.shared_cov)
+        out["Sigma"].append(res.Sigma)
+        out["s2"].append(res.sigma2)
+        out["gamma"].append(res.gamma)
+        out["n_eff"].append(res.n_eff)
+    config = {"lam": lam, "eb_options": options.to_dict(), "seed": seed}
+    return prior_from_arrays(
+        out["m"],
+        out["S0"],
+        out["Sigma"],
+        out["s2"],
+        arms=log.arm_labels,
+        features=log.features,
+        extra={
+            "gamma": (("arm",), np.array(out["gamma"])),
+            "n_eff": (("arm",), np.array(out["n_eff"])),
+        },
+        **_provenance(log, "eb", config),
+    )
+
+
+def _fit_ml(log: HistoricalLog, lam: float, tol: float) -> HierarchicalPrior:
+    st = log.suffstats()
+    out = {k: [] for k in ("m", "S0", "Sigma", "s2", "ll", "conv")}
+    for k in range(log.n_arms):
+        res = fit_type2_ml(st.G[k], st.b[k], st.q[k], st.n[k], lam=lam, tol=tol)
+        post = posterior_given_hyper(st.G[k], st.b[k], res.Sigma, res.sigma2, lam)
+        out["m"].append(res.shared_mean)
+        out["S0"].append(post.shared_cov)
+        out["Sigma"].append(res.Sigma)
+        out["s2"].append(res.sigma2)
+        out["ll"].append(res.loglik)
+        out["conv"].append(int(res.converged))
+    return prior_from_arrays(
+        out["m"],
+        out["S0"],
+        out["Sigma"],
+        out["s2"],
+        arms=log.arm_labels,
+        features=log.features,
+        extra={
+            "loglik": (("arm",), np.array(out["ll"])),
+            "converged": (("arm",), np.array(out["conv"])),
+        },
+        **_provenance(log, "ml", {"lam": lam, "tol": tol}),
+    )
+
+
+def _fit_mcmc(
+    log: HistoricalLog,
+    lam: float,
+    *,
+    hyper: Any,
+    collapsed: bool,
+    collapse_shared_mean: bool,
+    sampler: dict[str, Any],
+) -> HierarchicalPrior:
+    from .models import HyperPriors, add_conditional_draws, collapsed_model, uncollapsed_model
+    from .sampling import sample
+
+    if hyper is None:
+        hyper = HyperPriors(lam=lam)
+    elif not isinstance(hyper, HyperPriors):
+        raise TypeError("hyper must be a HyperPriors instance")
+    if collapsed:
+        model = collapsed_model(log, hyper=hyper, collapse_shared_mean=collapse_shared_mean)
+    else:
+        model = uncollapsed_model(log, hyper=hyper)
+    idata = sample(model, **sampler)
+    if collapsed:
+        add_conditional_draws(idata, log, hyper=hyper, rng=sampler.get("random_seed"))
+    post = idata.posterior
+    Sigma = post["Sigma"].mean(("chain", "draw")).values
+    sigma2 = (post["sigma"] ** 2).mean(("chain", "draw")).values
+    b0 = post["beta0"].stack(s=("chain", "draw")).transpose("arm", "s", "feature").values
+    m = b0.mean(axis=1)
+    S0 = np.einsum("ksi,ksj->kij", b0 - m[:, None], b0 - m[:, None]) / (b0.shape[1] - 1)
+    config = {
+        "lam": hyper.lam,
+        "hyper": hyper.to_dict(),
+        "collapsed": collapsed,
+        "collapse_shared_mean": collapse_shared_mean,
+        "sampler": {k: v for k, v in sampler.items() if k != "progressbar"},
+    }
+    return prior_from_arrays(
+        m,
+        S0,
+        0.5 * (Sigma + np.swapaxes(Sigma, -1, -2)),
+        sigma2,
+        arms=log.arm_labels,
+        features=log.features,
+        idata=idata,
+        **_provenance(log, "mcmc", config),
+    )
+
+
+def fit_prior(
+    data: Any,
+    *,
+    instance: str = "instance",
+    arm: str | None = "arm",
+    reward: str = "reward",
+    features: Any = None,
+    method: str = "eb",
+    lam: float | None = None,
+    eb_options: EBOptions | None = None,
+    ml_tol: float = 1e-10,
+    hyper: Any = None,
+    collapsed: bool = True,
+    collapse_shared_mean: bool = True,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 2,
+    target_accept: float = 0.9,
+    random_seed: int = 0,
+    nuts_sampler: str = "numpyro",
+    progressbar: bool = False,
+    **sampler_kwargs: Any,
+) -> HierarchicalPrior:
+    """Fit a per-arm hierarchical prior (shared mean, Σ_k, σ²_k) to a historical log.
+
+    Parameters
+    ----------
+    data
+        A tidy log: pandas DataFrame, CSV or Parquet path, xarray Dataset or
+        :class:`~hierbandit.data.HistoricalLog`, one row per past interaction.
+    instance, arm, reward, features
+        Column names; ``features=None`` uses every other numeric column; ``arm`` may be absent
+        (a single-arm log). See :func:`~hierbandit.data.read_log`.
+    method : {"eb", "ml", "mcmc"}
+        * ``"eb"`` — the ebm paper's empirical-Bayes estimators (thresholded covariance of the
+          per-instance OLS estimates, pooled residual variance; the same code the online
+          policies run), iterated ``eb_options.eb_iters`` times (default 20 here);
+        * ``"ml"`` — type-II maximum likelihood of (β_{k0}, Σ_k, σ²_k) with the instance
+          coefficients integrated out; with ``lam=0`` (default) the linear-mixed-model ML
+          estimate, with ``lam > 0`` the mode under the N(0, λ⁻¹I) prior on β_{k0};
+        * ``"mcmc"`` — full Bayes with PyMC/NUTS: LKJ + half-normal priors on Σ_k, half-normal
+          on σ_k, N(0, λ⁻¹I) on β_{k0} (see ``hyper``); by default the instance coefficients and
+          the shared mean are integrated out analytically (``collapsed``,
+          ``collapse_shared_mean``) and drawn exactly afterwards; ``collapsed=False`` samples the
+          plain model.
+    lam
+        Precision of the shared-mean prior; default 0.001 for "eb"/"mcmc", 0 for "ml".
+    hyper : HyperPriors, optional
+        Priors of the full-Bayes model (``method="mcmc"``).
+    draws, tune, chains, target_accept, random_seed, nuts_sampler, progressbar, **sampler_kwargs
+        Passed to the NUTS sampler (``nuts_sampler`` is "numpyro", "pymc", "nutpie" or
+        "blackjax", as installed).
+
+    Returns
+    -------
+    HierarchicalPrior
+        With ``prior.idata`` (ArviZ InferenceData, dims chain, draw, arm, instance, feature)
+        for ``method="mcmc"``.
+    """
+    method = check_choice(method, METHODS, "method")
+    log = read_log(data, instance=instance, arm=arm, reward=reward, features=features)
+    d = log.n_features
+    if lam is None:
+        lam = 0.0 if method == "ml" else 1e-3
+    lam = check_scalar(lam, "lam", low=0.0, low_inclusive=method == "ml")
+    if method == "eb":
+        check_min_rows(
+            log, per_arm=d + 2, instances_per_arm=2, min_rows_per_instance=d, method="eb"
+        )
+        options = eb_options if eb_options is not None else EBOptions(eb_iters=20)
+        if not isinstance(options, EBOptions):
+            raise TypeError("eb_options must be an EBOptions instance")
+        return _fit_eb(log, lam, options, random_seed)
+    if method == "ml":
+        check_min_rows(
+            log, per_arm=d + 1, instances_per_arm=2, min_rows_per_instance=1, method="ml"
+        )
+        return _fit_ml(log, lam, check_scalar(ml_tol, "ml_tol", low=0.0, low_inclusive=False))
+    check_min_rows(log, per_arm=1, method="mcmc")
+    sampler = {
+        "draws": check_positive_int(draws, "draws"),
+        "tune": check_positive_int(tune, "tune", minimum=0),
+        "chains": check_positive_int(chains, "chains"),
+        "target_accept": check_scalar(target_accept, "target_accept", low=0.0, high=1.0),
+        "random_seed": check_positive_int(random_seed, "random_seed", minimum=0),
+        "nuts_sampler": nuts_sampler,
+        "progressbar": bool(progressbar),
+        **sampler_kwargs,
+    }
+    return _fit_mcmc(
+        log,
+        lam,
+        hyper=hyper,
+        collapsed=bool(collapsed),
+        collapse_shared_mean=bool(collapse_shared_mean),
+        sampler=sampler,
+    )

@@ -1,0 +1,235 @@
+"""PyMC models of the ebm hierarchical linear model, per arm k over instances j:
+
+    β_{k0} ~ N(0, λ⁻¹I),  β_{k,j} | β_{k0} ~ N(β_{k0}, Σ_k),  y = xᵀβ_{k,j} + N(0, σ_k²),
+    Σ_k = diag(s_k) R_k diag(s_k),  R_k ~ LKJ(η),  s_{k,i} ~ HalfNormal(sd_scale),
+    σ_k ~ HalfNormal(noise_scale).
+
+* :func:`collapsed_model` integrates the instance coefficients out analytically from the
+  per-(arm, instance) sufficient statistics (ebm eq. 4.3 in d×d form), and by default the shared
+  mean too, so NUTS samples only (Σ_k, σ_k): the cost of a gradient is independent of the number of
+  rows. :func:`add_conditional_draws` then adds exact draws of β_{k0} and β_{k,j} given each
+  posterior draw of the hyperparameters (Rao–Blackwellisation).
+* :func:`uncollapsed_model` samples everything (non-centred) from the rows: the reference the
+  collapsed model is tested against.
+
+For one arm with Σ = LLᵀ and B_j = I + LᵀG_jL/σ² (d×d, positive definite):
+
+    log|V_j| = n_j log σ² + log|B_j|,
+    X_jᵀV_j⁻¹X_j = (G_j − W_jᵀW_j/σ²)/σ²,  X_jᵀV_j⁻¹y_j = (b_j − W_jᵀw_j/σ²)/σ²,
+    y_jᵀV_j⁻¹y_j = (q_j − w_jᵀw_j/σ²)/σ²,  with W_j = C_j⁻¹LᵀG_j, w_j = C_j⁻¹Lᵀb_j, B_j = C_jC_jᵀ,
+
+and with P = λI + Σ_j X_jᵀV_j⁻¹X_j, r = Σ_j X_jᵀV_j⁻¹y_j the shared mean integrates out to
+log p(y | Σ, σ) = Σ_j[−½n_j log 2π − ½log|V_j| − ½y_jᵀV_j⁻¹y_j] + ½rᵀP⁻¹r − ½log|P| + (d/2)log λ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import xarray as xr
+
+from .._validation import as_generator, check_scalar
+from ..stats import _kernels as K
+from ._batched import BatchedCholesky, matT
+
+__all__ = [
+    "HyperPriors",
+    "add_conditional_draws",
+    "collapsed_model",
+    "model_coords",
+    "uncollapsed_model",
+]
+
+
+@dataclass(frozen=True)
+class HyperPriors:
+    """Priors of the full-Bayes model.
+
+    Attributes
+    ----------
+    lam : float
+        Precision λ of the N(0, λ⁻¹I) prior on each arm's shared mean (default 0.001, the paper).
+    lkj_eta : float
+        Concentration of the LKJ prior on each Σ_k's correlation matrix (1 = uniform).
+    sd_scale : float
+        Scale of the half-normal priors on the standard deviations of Σ_k.
+    noise_scale : float
+        Scale of the half-normal prior on each arm's noise standard deviation σ_k.
+    """
+
+    lam: float = 1e-3
+    lkj_eta: float = 2.0
+    sd_scale: float = 2.5
+    noise_scale: float = 2.5
+
+    def __post_init__(self) -> None:
+        check_scalar(self.lam, "lam", low=0.0, low_inclusive=False)
+        check_scalar(self.lkj_eta, "lkj_eta", low=0.0, low_inclusive=False)
+        check_scalar(self.sd_scale, "sd_scale", low=0.0, low_inclusive=False)
+        check_scalar(self.noise_scale, "noise_scale", low=0.0, low_inclusive=False)
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def model_coords(log: Any) -> dict[str, Any]:
+    """Named coordinates arm, instance, feature, feature_ of a historical log."""
+    feats = list(log.features)
+    return {
+        "arm": np.asarray(log.arm_labels),
+        "instance": np.asarray(log.instance_labels),
+        "feature": feats,
+        "feature_": feats,
+    }
+
+
+def _covariances(
+    K_: int, d: int, hyper: HyperPriors
+) -> tuple[pt.TensorVariable, pt.TensorVariable]:
+    """Per-arm LKJ Cholesky factors (K, d, d) and the Deterministic Σ (arm, feature, feature_)."""
+    chols = []
+    for k in range(K_):
+        chol, _, _ = pm.LKJCholeskyCov(
+            f"chol_{k}",
+            n=d,
+            eta=hyper.lkj_eta,
+            sd_dist=pm.HalfNormal.dist(hyper.sd_scale, shape=d),
+            compute_corr=True,
+            store_in_trace=False,
+        )
+        chols.append(chol)
+    L = pt.stack(chols)
+    pm.Deterministic("Sigma", pt.matmul(L, matT(L)), dims=("arm", "feature", "feature_"))
+    return L, pm.HalfNormal("sigma", hyper.noise_scale, dims="arm")
+
+
+def collapsed_model(
+    log: Any,
+    *,
+    hyper: HyperPriors | None = None,
+    collapse_shared_mean: bool = True,
+    unroll: bool | None = None,
+) -> pm.Model:
+    """Full-Bayes model with the instance coefficients integrated out (and the shared mean too,
+    unless ``collapse_shared_mean=False``, in which case NUTS samples ``beta0``).
+
+    ``log`` is a :class:`~hierbandit.data.HistoricalLog`; only its sufficient statistics enter the
+    model, so the cost per gradient does not depend on the number of rows.
+    """
+    hyper = hyper or HyperPriors()
+    st = log.suffstats()
+    Kn, N, d = st.b.shape[0], st.b.shape[1], st.b.shape[2]
+    G = pt.as_tensor(st.G)
+    b = pt.as_tensor(st.b)
+    q = pt.as_tensor(st.q)
+    n = pt.as_tensor(st.n.astype(float))
+    eye = pt.eye(d)
+    with pm.Model(coords=model_coords(log)) as model:
+        L, sigma = _covariances(Kn, d, hyper)
+        s2 = sigma**2
+        s2b = s2[:, None, None, None]
+        LtG = pt.matmul(matT(L)[:, None], G)  # (K, N, d, d)
+        B = eye + pt.matmul(LtG, L[:, None]) / s2b
+        chol = BatchedCholesky(B, d, unroll)
+        rhs = pt.concatenate([LtG, pt.matmul(matT(L)[:, None], b[..., None])], axis=-1)
+        Wf = chol.solve_lower(rhs)  # (K, N, d, d+1)
+        W, w = Wf[..., :d], Wf[..., d]
+        XVX = (G - pt.matmul(matT(W), W) / s2b) / s2b
+        XVy = (b - (matT(W) * w[..., None, :]).sum(-1) / s2[:, None, None]) / s2[:, None, None]
+        yVy = (q - (w * w).sum(-1) / s2[:, None]) / s2[:, None]
+        logdetV = n * pt.log(s2)[:, None] + chol.logdet()
+        base = -0.5 * (n * np.log(2 * np.pi) + logdetV + yVy).sum(axis=1)  # (K,)
+        XVX_sum = XVX.sum(axis=1)
+        r = XVy.sum(axis=1)
+        if collapse_shared_mean:
+            P = hyper.lam * eye + XVX_sum
+            cp = BatchedCholesky(P, d, unroll)
+            z = cp.solve_lower(r[..., None])[..., 0]
+            ll = base + 0.5 * (z * z).sum(-1) - 0.5 * cp.logdet() + 0.5 * d * np.log(hyper.lam)
+        else:
+            beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
+            quad = (beta0[:, :, None] * XVX_sum * beta0[:, None, :]).sum((-1, -2))
+            ll = base + (beta0 * r).sum(-1) - 0.5 * quad
+        pm.Potential("marginal_loglik", ll.sum())
+    model.hb_meta = {  # type: ignore[attr-defined]
+        "kind": "collapsed",
+        "collapse_shared_mean": collapse_shared_mean,
+        "hyper": hyper.to_dict(),
+        "trace_vars": ["Sigma", "sigma"] + ([] if collapse_shared_mean else ["beta0"]),
+    }
+    return model
+
+
+def uncollapsed_model(log: Any, *, hyper: HyperPriors | None = None) -> pm.Model:
+    """Full-Bayes model over the raw rows with every coefficient sampled (non-centred):
+    β_{k,j} = β_{k0} + L_k z_{k,j}, z ~ N(0, I). The reference for :func:`collapsed_model`."""
+    hyper = hyper or HyperPriors()
+    Kn, N, d = log.n_arms, log.n_instances, log.n_features
+    with pm.Model(coords=model_coords(log)) as model:
+        L, sigma = _covariances(Kn, d, hyper)
+        beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
+        z = pm.Normal("z", 0.0, 1.0, dims=("arm", "instance", "feature"))
+        beta = pm.Deterministic(
+            "beta",
+            beta0[:, None, :] + (L[:, None, :, :] * z[:, :, None, :]).sum(-1),
+            dims=("arm", "instance", "feature"),
+        )
+        rows = beta[log.arm, log.instance]  # (T, d)
+        mu = (pt.as_tensor(log.X) * rows).sum(-1)
+        pm.Normal("y", mu=mu, sigma=sigma[log.arm], observed=log.y)
+    model.hb_meta = {  # type: ignore[attr-defined]
+        "kind": "uncollapsed",
+        "hyper": hyper.to_dict(),
+        "trace_vars": ["Sigma", "sigma", "beta0", "beta"],
+    }
+    return model
+
+
+def add_conditional_draws(
+    idata: Any, log: Any, *, hyper: HyperPriors | None = None, rng: Any = None
+) -> Any:
+    """Add exact draws of ``beta0`` (arm, feature) and ``beta`` (arm, instance, feature) to the
+    posterior of a collapsed fit: for every draw of (Σ_k, σ_k) [and β_{k0} if it was sampled],
+    β_{k0} ~ N(β̂_{k0}, Φ_k) and β_{k,j} | β_{k0} ~ N(A_jβ_{k0} + C̃_jb_j, σ²C̃_j) (eq. 4.1).
+
+    Draws of an exact conditional given each hyperparameter draw are draws of the joint posterior,
+    so these marginals carry no extra Monte-Carlo error beyond that of the hyperparameters.
+    """
+    hyper = hyper or HyperPriors()
+    gen = as_generator(rng)
+    st = log.suffstats()
+    post = idata.posterior
+    Sigma = np.ascontiguousarray(post["Sigma"].values)  # (C, D, K, d, d)
+    sig2 = np.ascontiguousarray(post["sigma"].values ** 2)  # (C, D, K)
+    C_, D_, Kn, d, _ = Sigma.shape
+    N = st.b.shape[1]
+    have_beta0 = "beta0" in post
+    b0_in = np.ascontiguousarray(post["beta0"].values) if have_beta0 else np.zeros((C_, D_, Kn, d))
+    z0 = gen.standard_normal((C_, D_, Kn, d))
+    Z = gen.standard_normal((C_, D_, Kn, N, d))
+    beta0 = np.empty((C_, D_, Kn, d))
+    beta = np.empty((C_, D_, Kn, N, d))
+    P0 = hyper.lam * np.eye(d)
+    h0 = np.zeros(d)
+    K.conditional_draws(st.G, st.b, Sigma, sig2, P0, h0, b0_in, have_beta0, z0, Z, beta0, beta)
+    coords = {
+        "chain": post.chain.values,
+        "draw": post.draw.values,
+        "arm": post.arm.values,
+        "instance": np.asarray(log.instance_labels),
+        "feature": post.feature.values,
+    }
+    if not have_beta0:
+        post["beta0"] = xr.DataArray(
+            beta0,
+            dims=("chain", "draw", "arm", "feature"),
+            coords={k: coords[k] for k in ("chain", "draw", "arm", "feature")},
+        )
+    post["beta"] = xr.DataArray(
+        beta, dims=("chain", "draw", "arm", "instance", "feature"), coords=coords
+    )
+    return idata

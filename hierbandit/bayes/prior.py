@@ -1,0 +1,224 @@
+"""A fitted hierarchical prior: per-arm shared mean (with its uncertainty), Σ_k and σ²_k.
+
+:class:`HierarchicalPrior` is what :func:`hierbandit.bayes.fit_prior` returns, what
+``EbmTS(..., prior=prior)`` warm-starts from, and what ``models/`` stores. It holds an
+:class:`xarray.Dataset` with named dims (arm, feature, feature_), the provenance of the fit, and
+for full-Bayes fits the ArviZ :class:`~arviz.InferenceData` (``prior.idata``).
+
+Files are netCDF only (never pickle): the prior's variables at the root group, the
+InferenceData groups under ``/idata``. :meth:`HierarchicalPrior.save` writes to a temporary file
+in the same folder and atomically renames it, so an interrupted save leaves the previous file
+intact. This module does not import PyMC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+__all__ = ["HierarchicalPrior", "load_prior"]
+
+_REQUIRED = {
+    "shared_mean": ("arm", "feature"),
+    "shared_cov": ("arm", "feature", "feature_"),
+    "Sigma": ("arm", "feature", "feature_"),
+    "sigma2": ("arm",),
+}
+
+
+def _netcdf_safe_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """netCDF attributes must be strings, numbers or numeric arrays; encode the rest as JSON."""
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if isinstance(value, bool | np.bool_):
+            out[key] = int(value)
+        elif isinstance(value, str | int | float | np.integer | np.floating):
+            out[key] = value
+        elif isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
+            out[key] = value
+        else:
+            out[key] = "json:" + json.dumps(value, default=str)
+    return out
+
+
+def _decode_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: (json.loads(v[5:]) if isinstance(v, str) and v.startswith("json:") else v)
+        for k, v in attrs.items()
+    }
+
+
+def _group_dataset(node: xr.DataTree) -> xr.Dataset:
+    """A stored InferenceData group with the coordinates it uses, including those the DataTree
+    stored once at the root (DataTree does not repeat coordinates its children inherit)."""
+    own = node.to_dataset(inherit=False)
+    full = node.to_dataset(inherit=True)
+    used = {dim for var in own.data_vars.values() for dim in var.dims}
+    extra = {
+        name: full[name]
+        for name in full.coords
+        if name not in own.coords and set(full[name].dims) <= used
+    }
+    return own.assign_coords(extra).load()
+
+
+class HierarchicalPrior:
+    """Per-arm hierarchical prior fitted to historical data.
+
+    Parameters
+    ----------
+    dataset : xarray.Dataset
+        Variables ``shared_mean`` (arm, feature), ``shared_cov`` (arm, feature, feature_),
+        ``Sigma`` (arm, feature, feature_), ``sigma2`` (arm), optionally more (diagnostics of the
+        fit); attributes hold the provenance (method, λ, data hash, package version…).
+    idata : arviz.InferenceData, optional
+        Posterior draws of a full-Bayes fit.
+    """
+
+    def __init__(self, dataset: xr.Dataset, idata: Any = None) -> None:
+        if not isinstance(dataset, xr.Dataset):
+            raise TypeError("dataset must be an xarray.Dataset")
+        for name, dims in _REQUIRED.items():
+            if name not in dataset:
+                raise ValueError(f"dataset must contain {name!r}")
+            if dataset[name].dims != dims:
+                raise ValueError(f"{name} must have dims {dims}, got {dataset[name].dims}")
+        Sig = dataset["Sigma"].values
+        if not np.all(np.isfinite(Sig)) or not np.allclose(Sig, np.swapaxes(Sig, -1, -2)):
+            raise ValueError("Sigma must be finite and symmetric")
+        if np.any(dataset["sigma2"].values <= 0):
+            raise ValueError("sigma2 must be positive")
+        self.dataset = dataset
+        self.idata = idata
+
+    # ------------------------------------------------------------------ arrays
+    @property
+    def shared_mean(self) -> np.ndarray:
+        """Mean of each arm's shared coefficient vector β_{k0}, shape (K, d)."""
+        return self.dataset["shared_mean"].values
+
+    @property
+    def shared_cov(self) -> np.ndarray:
+        """Covariance of β_{k0} (its posterior uncertainty given the historical data), (K, d, d)."""
+        return self.dataset["shared_cov"].values
+
+    @property
+    def Sigma(self) -> np.ndarray:
+        """Covariance Σ_k of instance coefficients around the shared mean, (K, d, d)."""
+        return self.dataset["Sigma"].values
+
+    @property
+    def sigma2(self) -> np.ndarray:
+        """Noise variance σ²_k per arm, (K,)."""
+        return self.dataset["sigma2"].values
+
+    @property
+    def n_arms(self) -> int:
+        return int(self.dataset.sizes["arm"])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.dataset.sizes["feature"])
+
+    @property
+    def features(self) -> list[str]:
+        return [str(f) for f in self.dataset["feature"].values]
+
+    @property
+    def arms(self) -> np.ndarray:
+        return self.dataset["arm"].values
+
+    @property
+    def method(self) -> str:
+        return str(self.dataset.attrs.get("method", "unknown"))
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where the prior came from: method, configuration, data hash, package version…"""
+        return _decode_attrs(dict(self.dataset.attrs))
+
+    def __repr__(self) -> str:
+        return (
+            f"HierarchicalPrior(method={self.method!r}, n_arms={self.n_arms}, "
+            f"features={self.features}, idata={'yes' if self.idata is not None else 'no'})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HierarchicalPrior):
+            return NotImplemented
+        if not self.dataset.identical(other.dataset):
+            return False
+        if (self.idata is None) != (other.idata is None):
+            return False
+        if self.idata is None:
+            return True
+        return all(
+            g in other.idata.groups() and self.idata[g].identical(other.idata[g])
+            for g in self.idata.groups()
+        ) and set(self.idata.groups()) == set(other.idata.groups())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ persistence
+    def to_datatree(self) -> xr.DataTree:
+        """The prior as a DataTree: the variables at the root, InferenceData under ``idata``."""
+        root = self.dataset.copy()
+        root.attrs = _netcdf_safe_attrs(dict(self.dataset.attrs))
+        children: dict[str, xr.Dataset] = {"/": root}
+        if self.idata is not None:
+            for group in self.idata.groups():
+                ds = self.idata[group].copy()
+                ds.attrs = _netcdf_safe_attrs(dict(ds.attrs))
+                children[f"/idata/{group}"] = ds
+        return xr.DataTree.from_dict(children)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the prior to a netCDF file, atomically (never a half-written file at ``path``)."""
+        path = Path(path)
+        if path.suffix != ".nc":
+            raise ValueError(f"path must end in .nc, got {path.name!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tree = self.to_datatree()
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            tree.to_netcdf(tmp, engine="h5netcdf")
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> HierarchicalPrior:
+        """Read a prior written by :meth:`save` (netCDF; nothing in it can run code)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no prior file at {path}")
+        with xr.open_datatree(path, engine="h5netcdf") as tree:
+            root = tree.to_dataset().load()
+            root.attrs = _decode_attrs(dict(root.attrs))
+            idata = None
+            if "idata" in tree.children:
+                import arviz as az
+
+                groups = {}
+                for name, node in tree["idata"].children.items():
+                    ds = _group_dataset(node)
+                    ds.attrs = _decode_attrs(dict(ds.attrs))
+                    groups[name] = ds
+                idata = az.InferenceData(**groups)
+        return cls(root, idata)
+
+
+def load_prior(path: str | os.PathLike[str]) -> HierarchicalPrior:
+    """Load a :class:`HierarchicalPrior` saved with :meth:`HierarchicalPrior.save`."""
+    return HierarchicalPrior.load(path)
