@@ -75,7 +75,7 @@ def _provenance(log: HistoricalLog, method: str, config: dict[str, Any]) -> dict
 
 def _fit_eb(log: HistoricalLog, lam: float, options: EBOptions, seed: int) -> HierarchicalPrior:
     st = log.suffstats()
-    Kn, d = log.n_arms, log.n_features
+    Kn = log.n_arms
     rng = np.random.default_rng(seed)
     out = {k: [] for k in ("m", "S0", "Sigma", "s2", "gamma", "n_eff")}
     for k in range(Kn):

@@ -122,7 +122,7 @@ def collapsed_model(
     """
     hyper = hyper or HyperPriors()
     st = log.suffstats()
-    Kn, N, d = st.b.shape[0], st.b.shape[1], st.b.shape[2]
+    Kn, d = st.b.shape[0], st.b.shape[2]
     G = pt.as_tensor(st.G)
     b = pt.as_tensor(st.b)
     q = pt.as_tensor(st.q)
@@ -168,7 +168,7 @@ def uncollapsed_model(log: Any, *, hyper: HyperPriors | None = None) -> pm.Model
     """Full-Bayes model over the raw rows with every coefficient sampled (non-centred):
     β_{k,j} = β_{k0} + L_k z_{k,j}, z ~ N(0, I). The reference for :func:`collapsed_model`."""
     hyper = hyper or HyperPriors()
-    Kn, N, d = log.n_arms, log.n_instances, log.n_features
+    Kn, d = log.n_arms, log.n_features
     with pm.Model(coords=model_coords(log)) as model:
         L, sigma = _covariances(Kn, d, hyper)
         beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))

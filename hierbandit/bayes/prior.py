@@ -38,9 +38,9 @@ def _netcdf_safe_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     for key, value in attrs.items():
         if isinstance(value, bool | np.bool_):
             out[key] = int(value)
-        elif isinstance(value, str | int | float | np.integer | np.floating):
-            out[key] = value
-        elif isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
+        elif isinstance(value, str | int | float | np.integer | np.floating) or (
+            isinstance(value, np.ndarray) and value.dtype.kind in "iuf"
+        ):
             out[key] = value
         else:
             out[key] = "json:" + json.dumps(value, default=str)

@@ -76,7 +76,7 @@ def test_warm_start_from_a_fitted_prior(log_df):
 def test_validation_messages(log_df):
     with pytest.raises(ValueError, match="method"):
         fit_prior(log_df, method="vb")
-    with pytest.raises(ValueError, match="rewrad|reward"):
+    with pytest.raises(ValueError, match=r"rewrad|reward"):
         fit_prior(log_df, reward="rewrad")
     tiny = log_df.iloc[:3]
     with pytest.raises(ValueError, match=r"eb.*(needs|need)"):
