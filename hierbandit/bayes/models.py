@@ -32,9 +32,9 @@ import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
 
-from .._validation import as_generator, check_scalar
+from .._validation import as_generator, check_choice, check_scalar
 from ..stats import _kernels as K
-from ._batched import BatchedCholesky, matT
+from ._batched import UNROLL_MAX, BatchedCholesky, matT
 
 __all__ = [
     "HyperPriors",
@@ -107,57 +107,138 @@ def _covariances(
     return L, pm.HalfNormal("sigma", hyper.noise_scale, dims="arm")
 
 
-def collapsed_model(
-    log: Any,
-    *,
-    hyper: HyperPriors | None = None,
-    collapse_shared_mean: bool = True,
-    unroll: bool | None = None,
-) -> pm.Model:
-    """Full-Bayes model with the instance coefficients integrated out (and the shared mean too,
-    unless ``collapse_shared_mean=False``, in which case NUTS samples ``beta0``).
+def _collapsed_soa(st: Any, L: Any, s2: Any, lam: float, beta0: Any = None) -> Any:
+    """Per-arm collapsed log-likelihood (K,) in structure-of-arrays form.
 
-    ``log`` is a :class:`~hierbandit.data.HistoricalLog`; only its sufficient statistics enter the
-    model, so the cost per gradient does not depend on the number of rows.
+    Every entry of every d×d matrix is its own (arm, instance) array, so the whole computation is
+    elementwise except the sums over instances; backends fuse it into a few kernels. Symmetric
+    matrices keep only their lower triangle. Same formulas as the module docstring.
     """
-    hyper = hyper or HyperPriors()
-    st = log.suffstats()
-    Kn, d = st.b.shape[0], st.b.shape[2]
+    d = st.b.shape[2]
+    G = {(a, c): pt.as_tensor(st.G[:, :, a, c]) for a in range(d) for c in range(d)}
+    bv = [pt.as_tensor(st.b[:, :, a]) for a in range(d)]
+    q = pt.as_tensor(st.q)
+    n = pt.as_tensor(st.n.astype(float))
+    Le = {(i, j): L[:, i, j][:, None] for i in range(d) for j in range(i + 1)}
+    s2c = s2[:, None]
+    # U = LᵀG, u = Lᵀb   (L lower triangular: L_ai ≠ 0 only for a ≥ i)
+    U = {(i, c): sum(Le[a, i] * G[a, c] for a in range(i, d)) for i in range(d) for c in range(d)}
+    u = [sum(Le[a, i] * bv[a] for a in range(i, d)) for i in range(d)]
+    # B = I + U L / σ², lower triangle, and its Cholesky factor C
+    C: dict[tuple[int, int], Any] = {}
+    for i in range(d):
+        for j in range(i + 1):
+            s = sum(U[i, c] * Le[c, j] for c in range(j, d)) / s2c + (1.0 if i == j else 0.0)
+            for k in range(j):
+                s = s - C[i, k] * C[j, k]
+            C[i, j] = pt.sqrt(s) if i == j else s / C[j, j]
+
+    def forward(col: list[Any]) -> list[Any]:
+        x: list[Any] = []
+        for i in range(d):
+            s = col[i]
+            for k in range(i):
+                s = s - C[i, k] * x[k]
+            x.append(s / C[i, i])
+        return x
+
+    W = [forward([U[i, c] for i in range(d)]) for c in range(d)]  # W[c][i] = (C⁻¹U)_{ic}
+    w = forward(u)
+    inv2 = 1.0 / s2c
+    P = {}
+    r = []
+    for a in range(d):
+        r.append(((bv[a] - sum(W[a][i] * w[i] for i in range(d)) * inv2) * inv2).sum(axis=1))
+        for c in range(a + 1):
+            xvx = (G[a, c] - sum(W[a][i] * W[c][i] for i in range(d)) * inv2) * inv2
+            P[a, c] = xvx.sum(axis=1) + (lam if (a == c and beta0 is None) else 0.0)
+    yvy = (q - sum(wi * wi for wi in w) * inv2) * inv2
+    logdet = n * pt.log(s2c) + 2.0 * sum(pt.log(C[i, i]) for i in range(d))
+    base = -0.5 * (n * np.log(2 * np.pi) + logdet + yvy).sum(axis=1)
+    if beta0 is not None:
+        quad = sum(
+            (1.0 if a == c else 2.0) * beta0[:, a] * P[a, c] * beta0[:, c]
+            for a in range(d)
+            for c in range(a + 1)
+        )
+        return base + sum(beta0[:, a] * r[a] for a in range(d)) - 0.5 * quad
+    # integrate the shared mean out: ½ rᵀP⁻¹r − ½ log|P| + (d/2) log λ
+    Cp: dict[tuple[int, int], Any] = {}
+    for i in range(d):
+        for j in range(i + 1):
+            s = P[i, j]
+            for k in range(j):
+                s = s - Cp[i, k] * Cp[j, k]
+            Cp[i, j] = pt.sqrt(s) if i == j else s / Cp[j, j]
+    z: list[Any] = []
+    for i in range(d):
+        s = r[i]
+        for k in range(i):
+            s = s - Cp[i, k] * z[k]
+        z.append(s / Cp[i, i])
+    logdetP = 2.0 * sum(pt.log(Cp[i, i]) for i in range(d))
+    return base + 0.5 * sum(zi * zi for zi in z) - 0.5 * logdetP + 0.5 * d * np.log(lam)
+
+
+def _collapsed_batched(st: Any, L: Any, s2: Any, lam: float, beta0: Any = None) -> Any:
+    """Per-arm collapsed log-likelihood (K,) with batched linear-algebra ops (any d)."""
+    d = st.b.shape[2]
     G = pt.as_tensor(st.G)
     b = pt.as_tensor(st.b)
     q = pt.as_tensor(st.q)
     n = pt.as_tensor(st.n.astype(float))
     eye = pt.eye(d)
+    s2b = s2[:, None, None, None]
+    LtG = pt.matmul(matT(L)[:, None], G)  # (K, N, d, d)
+    chol = BatchedCholesky(eye + pt.matmul(LtG, L[:, None]) / s2b)
+    rhs = pt.concatenate([LtG, pt.matmul(matT(L)[:, None], b[..., None])], axis=-1)
+    Wf = chol.solve_lower(rhs)  # (K, N, d, d+1)
+    W, w = Wf[..., :d], Wf[..., d]
+    XVX = ((G - pt.matmul(matT(W), W) / s2b) / s2b).sum(axis=1)
+    r = ((b - (matT(W) * w[..., None, :]).sum(-1) / s2[:, None, None]) / s2[:, None, None]).sum(1)
+    yVy = (q - (w * w).sum(-1) / s2[:, None]) / s2[:, None]
+    logdetV = n * pt.log(s2)[:, None] + chol.logdet()
+    base = -0.5 * (n * np.log(2 * np.pi) + logdetV + yVy).sum(axis=1)
+    if beta0 is not None:
+        quad = (beta0[:, :, None] * XVX * beta0[:, None, :]).sum((-1, -2))
+        return base + (beta0 * r).sum(-1) - 0.5 * quad
+    cp = BatchedCholesky(lam * eye + XVX)
+    z = cp.solve_lower(r[..., None])[..., 0]
+    return base + 0.5 * (z * z).sum(-1) - 0.5 * cp.logdet() + 0.5 * d * np.log(lam)
+
+
+def collapsed_model(
+    log: Any,
+    *,
+    hyper: HyperPriors | None = None,
+    collapse_shared_mean: bool = True,
+    algebra: str = "auto",
+) -> pm.Model:
+    """Full-Bayes model with the instance coefficients integrated out (and the shared mean too,
+    unless ``collapse_shared_mean=False``, in which case NUTS samples ``beta0``).
+
+    ``log`` is a :class:`~hierbandit.data.HistoricalLog`; only its sufficient statistics enter the
+    model, so the cost per gradient does not depend on the number of rows. ``algebra`` chooses how
+    the per-(arm, instance) d×d algebra is written: ``"soa"`` (every matrix entry its own array;
+    fastest for small d), ``"batched"`` (batched linear-algebra ops) or ``"auto"`` (``"soa"`` for
+    d ≤ 8).
+    """
+    hyper = hyper or HyperPriors()
+    algebra = check_choice(algebra, ("auto", "soa", "batched"), "algebra")
+    st = log.suffstats()
+    Kn, d = st.b.shape[0], st.b.shape[2]
+    soa = algebra == "soa" or (algebra == "auto" and d <= UNROLL_MAX)
     with pm.Model(coords=model_coords(log)) as model:
         L, sigma = _covariances(Kn, d, hyper)
-        s2 = sigma**2
-        s2b = s2[:, None, None, None]
-        LtG = pt.matmul(matT(L)[:, None], G)  # (K, N, d, d)
-        B = eye + pt.matmul(LtG, L[:, None]) / s2b
-        chol = BatchedCholesky(B, d, unroll)
-        rhs = pt.concatenate([LtG, pt.matmul(matT(L)[:, None], b[..., None])], axis=-1)
-        Wf = chol.solve_lower(rhs)  # (K, N, d, d+1)
-        W, w = Wf[..., :d], Wf[..., d]
-        XVX = (G - pt.matmul(matT(W), W) / s2b) / s2b
-        XVy = (b - (matT(W) * w[..., None, :]).sum(-1) / s2[:, None, None]) / s2[:, None, None]
-        yVy = (q - (w * w).sum(-1) / s2[:, None]) / s2[:, None]
-        logdetV = n * pt.log(s2)[:, None] + chol.logdet()
-        base = -0.5 * (n * np.log(2 * np.pi) + logdetV + yVy).sum(axis=1)  # (K,)
-        XVX_sum = XVX.sum(axis=1)
-        r = XVy.sum(axis=1)
-        if collapse_shared_mean:
-            P = hyper.lam * eye + XVX_sum
-            cp = BatchedCholesky(P, d, unroll)
-            z = cp.solve_lower(r[..., None])[..., 0]
-            ll = base + 0.5 * (z * z).sum(-1) - 0.5 * cp.logdet() + 0.5 * d * np.log(hyper.lam)
-        else:
+        beta0 = None
+        if not collapse_shared_mean:
             beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
-            quad = (beta0[:, :, None] * XVX_sum * beta0[:, None, :]).sum((-1, -2))
-            ll = base + (beta0 * r).sum(-1) - 0.5 * quad
-        pm.Potential("marginal_loglik", ll.sum())
+        build = _collapsed_soa if soa else _collapsed_batched
+        pm.Potential("marginal_loglik", build(st, L, sigma**2, hyper.lam, beta0).sum())
     model.hb_meta = {  # type: ignore[attr-defined]
         "kind": "collapsed",
         "collapse_shared_mean": collapse_shared_mean,
+        "algebra": "soa" if soa else "batched",
         "hyper": hyper.to_dict(),
         "trace_vars": ["Sigma", "sigma"] + ([] if collapse_shared_mean else ["beta0"]),
     }

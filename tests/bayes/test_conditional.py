@@ -1,0 +1,424 @@
+"""Sampling vs closed form (specs/ebm.md §8): the fixed-hyperparameter PyMC model.
+
+Fast tests: the model's log density against a brute-force joint Gaussian, the closed form's
+xarray layout, validation, and one tiny NUTS run that must agree with the closed form.
+Slow tests: the spec's acceptance criterion on the ebm synthetic setting (§8.3).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+import scipy.stats as st
+
+from hierbandit.bayes import (
+    ClosedFormComparison,
+    closed_form_posterior,
+    compare_closed_form,
+    conditional_model,
+    diagnose,
+)
+from hierbandit.data import read_log
+from hierbandit.stats import hierarchical_posterior
+
+D = 2
+ARM_LABELS = (3, 7)
+INSTANCE_LABELS = (10, 20, 30)
+# rows per (arm, instance): arm 3 never saw instance 10 and arm 7 never saw instance 30 (empty
+# instances), T < d and T > d both occur
+SIZES = {3: (0, 2, 8), 7: (5, 1, 0)}
+SIGMA2 = np.array([0.7, 1.3])
+LAM = 1.0
+
+
+def _tiny_frame(seed: int = 1) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for arm, sizes in SIZES.items():
+        for inst, n in zip(INSTANCE_LABELS, sizes, strict=True):
+            for _ in range(n):
+                x = rng.normal(size=D)
+                y = x @ [1.0, -0.5] + rng.normal() * 0.8
+                rows.append({"user": inst, "item": arm, "click": y, "age": x[0], "score": x[1]})
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def _tiny_sigma() -> np.ndarray:
+    b = np.array([1.0, 0.5])
+    # arm 3: full rank; arm 7: singular (rank one), which the eigen square root handles exactly
+    return np.stack([np.outer(b, b) + np.eye(D), np.outer(b, b)])
+
+
+def _read(df: pd.DataFrame):
+    return read_log(df, instance="user", arm="item", reward="click", features=["age", "score"])
+
+
+@pytest.fixture(scope="module")
+def tiny_log():
+    return _read(_tiny_frame())
+
+
+@pytest.fixture(scope="module")
+def tiny_comparison() -> ClosedFormComparison:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a clean run warns about nothing
+        return compare_closed_form(
+            _tiny_frame(),
+            _tiny_sigma(),
+            SIGMA2,
+            LAM,
+            draws=1000,
+            tune=500,
+            chains=2,
+            random_seed=11,
+            instance="user",
+            arm="item",
+            reward="click",
+            features=["age", "score"],
+        )
+
+
+# ----------------------------------------------------------------------------- the MCMC run
+
+
+def test_tiny_comparison_agrees(tiny_comparison: ClosedFormComparison) -> None:
+    res = tiny_comparison
+    assert res.all_ok, res.worst()
+    assert res.verdict == "agree"
+    assert res.max_abs_z <= 4.0
+    assert res.diagnostics.ok, res.diagnostics.problems
+    assert res.diagnostics.divergences == 0
+    assert res.settings["nuts_sampler"] == "numpyro"
+    assert "ClosedFormComparison(" in repr(res)
+
+
+def test_table_has_one_row_per_parameter(tiny_comparison: ClosedFormComparison) -> None:
+    t = tiny_comparison.table
+    K, N = len(ARM_LABELS), len(INSTANCE_LABELS)
+    assert tiny_comparison.n_params == K * N * D + K * D == len(t)
+    assert list(t.columns) == [
+        "variable", "arm", "instance", "feature", "closed_mean", "closed_sd", "mcmc_mean",
+        "mcmc_sd", "mcse_mean", "mcse_sd", "z_mean", "z_sd", "r_hat", "ess_bulk", "ok",
+    ]  # fmt: skip
+    assert t.index.is_unique
+    assert "beta[7, 20, score]" in t.index and "beta0[3, age]" in t.index
+    row = t.loc["beta[7, 20, score]"]
+    assert (row["arm"], row["instance"], row["feature"]) == (7, 20, "score")
+    assert t.loc["beta0[3, age]", "instance"] is None
+    # the closed-form columns are the closed form, the z-scores are what they say
+    cf = tiny_comparison.closed_form
+    assert row["closed_mean"] == cf["mean"].sel(arm=7, instance=20, feature="score").item()
+    assert t.loc["beta0[3, age]", "closed_sd"] == pytest.approx(
+        cf["shared_sd"].sel(arm=3, feature="age").item()
+    )
+    z = (t["mcmc_mean"] - t["closed_mean"]) / t["mcse_mean"]
+    np.testing.assert_allclose(t["z_mean"], z)
+    post = tiny_comparison.idata.posterior
+    assert row["mcmc_mean"] == pytest.approx(
+        post["beta"].sel(arm=7, instance=20, feature="score").mean().item()
+    )
+    assert (t["mcse_mean"] > 0).all() and (t["mcse_sd"] > 0).all()
+
+
+def test_comparison_extras(tiny_comparison: ClosedFormComparison, tmp_path) -> None:
+    res = tiny_comparison
+    assert list(res.worst(3).index) == list(
+        res.table[["z_mean", "z_sd"]].abs().max(axis=1).nlargest(3).index
+    )
+    cov = res.covariance_table()
+    assert len(cov) == len(ARM_LABELS) * (len(INSTANCE_LABELS) + 1)
+    assert (cov["rel_frobenius"] < 0.25).all()
+    # empty instance: predictive N(β̂₀, Σ + Φ)
+    cf = res.closed_form
+    np.testing.assert_allclose(
+        cf["cov"].sel(arm=3, instance=10), _tiny_sigma()[0] + cf["shared_cov"].sel(arm=3).values
+    )
+    fig = res.plot(tmp_path / "cmp.png")
+    assert (tmp_path / "cmp.png").stat().st_size > 0
+    assert len(fig.axes) == 2
+    again = diagnose(res, warn=False)
+    assert again.ok and again.n_chains == 2 and again.n_draws == 1000
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+def _joint_posterior_reference(log, Sigma, sigma2, lam):
+    """Per arm, the exact posterior of (β₀, β_1..β_N) from the arrow precision Q (spec §2.9)."""
+    N, d = log.n_instances, log.n_features
+    out = []
+    for k in range(log.n_arms):
+        Si = np.linalg.inv(Sigma[k])
+        Q = np.zeros(((N + 1) * d, (N + 1) * d))
+        h = np.zeros((N + 1) * d)
+        Q[:d, :d] = lam * np.eye(d) + N * Si
+        for j in range(N):
+            rows = (log.arm == k) & (log.instance == j)
+            Xj, yj = log.X[rows], log.y[rows]
+            s = slice((j + 1) * d, (j + 2) * d)
+            Q[:d, s] = Q[s, :d] = -Si
+            Q[s, s] = Si + Xj.T @ Xj / sigma2[k]
+            h[s] = Xj.T @ yj / sigma2[k]
+        cov = np.linalg.inv(Q)
+        out.append(st.multivariate_normal(cov @ h, 0.5 * (cov + cov.T)))
+    return out
+
+
+def _brute_log_joint(log, Sigma, sigma2, lam, beta0, beta):
+    """log p(β₀, β, y) by the definition of the model, with scipy densities."""
+    lp = 0.0
+    for k in range(log.n_arms):
+        lp += st.multivariate_normal(np.zeros(log.n_features), np.eye(log.n_features) / lam).logpdf(
+            beta0[k]
+        )
+        for j in range(log.n_instances):
+            lp += st.multivariate_normal(beta0[k], Sigma[k]).logpdf(beta[k, j])
+    mu = np.array([log.X[t] @ beta[log.arm[t], log.instance[t]] for t in range(len(log.y))])
+    lp += st.norm(mu, np.sqrt(sigma2[log.arm])).logpdf(log.y).sum()
+    return lp
+
+
+@pytest.mark.parametrize("parameterization", ["noncentered", "centered"])
+def test_logp_is_the_joint_gaussian(tiny_log, parameterization: str) -> None:
+    Sigma = np.stack([_tiny_sigma()[0], np.array([[2.0, 0.3], [0.3, 0.5]])])  # full rank
+    sigma2, lam = SIGMA2, 0.5
+    model = conditional_model(tiny_log, Sigma, sigma2, lam, parameterization=parameterization)
+    logp = model.compile_logp()
+    beta_of = model.compile_fn(
+        model.replace_rvs_by_values([model["beta"]])[0],
+        inputs=model.value_vars,
+        on_unused_input="ignore",
+    )
+    posterior = _joint_posterior_reference(tiny_log, Sigma, sigma2, lam)
+    rng = np.random.default_rng(5)
+    ip = model.initial_point()
+    diffs_joint, diffs_post = [], []
+    for _ in range(3):
+        point = {name: rng.normal(size=ip[name].shape) for name in ip}
+        beta = beta_of(point)
+        beta0 = point["beta0"]
+        lp_model = float(logp(point))
+        diffs_joint.append(lp_model - _brute_log_joint(tiny_log, Sigma, sigma2, lam, beta0, beta))
+        theta = [np.concatenate([beta0[k], beta[k].ravel()]) for k in range(2)]
+        diffs_post.append(
+            lp_model - sum(p.logpdf(t) for p, t in zip(posterior, theta, strict=True))
+        )
+    # the offsets are constants: log|det L| per instance (non-centred) and the log evidence
+    np.testing.assert_allclose(np.ptp(diffs_joint), 0.0, atol=1e-8)
+    np.testing.assert_allclose(np.ptp(diffs_post), 0.0, atol=1e-8)
+    if parameterization == "noncentered":
+        half_logdet = 0.5 * np.linalg.slogdet(Sigma)[1].sum() * tiny_log.n_instances
+        np.testing.assert_allclose(diffs_joint[0], half_logdet, atol=1e-8)
+    else:
+        np.testing.assert_allclose(diffs_joint[0], 0.0, atol=1e-8)
+
+
+def test_model_structure(tiny_log) -> None:
+    model = conditional_model(tiny_log, _tiny_sigma(), SIGMA2, LAM)
+    assert list(model.coords["arm"]) == list(ARM_LABELS)
+    assert list(model.coords["instance"]) == list(INSTANCE_LABELS)
+    assert list(model.coords["feature"]) == ["age", "score"]
+    assert model.named_vars_to_dims["beta"] == ("arm", "instance", "feature")
+    assert model.named_vars_to_dims["beta0"] == ("arm", "feature")
+    assert {v.name for v in model.free_RVs} == {"beta0", "z"}
+    assert {v.name for v in model.deterministics} == {"beta"}
+    assert model["y"].owner is not None and len(model.observed_RVs) == 1
+    assert model.named_vars_to_dims["y"] == ("row",)
+    np.testing.assert_array_equal(model["X"].get_value(), tiny_log.X)
+    # a singular Σ: the prior draws of beta - beta0 stay on the range of Σ (rank one)
+    prior = pm.sample_prior_predictive(
+        draws=200, model=model, random_seed=0, var_names=["beta", "beta0"]
+    )
+    dev = (prior.prior["beta"] - prior.prior["beta0"]).sel(arm=7).values.reshape(-1, D)
+    b = np.array([1.0, 0.5])
+    np.testing.assert_allclose(dev @ np.array([-b[1], b[0]]), 0.0, atol=1e-10)
+    centred = conditional_model(tiny_log, _tiny_sigma(), SIGMA2, LAM, parameterization="centered")
+    assert {v.name for v in centred.free_RVs} == {"beta0", "eta"}
+    prior = pm.sample_prior_predictive(
+        draws=200, model=centred, random_seed=0, var_names=["beta", "beta0"]
+    )
+    dev = (prior.prior["beta"] - prior.prior["beta0"]).sel(arm=7).values.reshape(-1, D)
+    np.testing.assert_allclose(dev @ np.array([-b[1], b[0]]), 0.0, atol=1e-10)
+
+
+def test_flat_hyperprior_when_lam_is_zero(tiny_log) -> None:
+    model = conditional_model(tiny_log, _tiny_sigma(), SIGMA2, 0.0)
+    assert type(model["beta0"].owner.op).__name__.startswith("Flat")
+
+
+def test_closed_form_posterior_matches_stats(tiny_log) -> None:
+    Sigma = _tiny_sigma()
+    cf = closed_form_posterior(tiny_log, Sigma[0], SIGMA2, LAM)  # one Σ for every arm
+    assert cf["mean"].dims == ("arm", "instance", "feature")
+    assert cf["cov_between"].dims == ("arm", "instance", "instance_", "feature", "feature_")
+    assert list(cf["arm"].values) == list(ARM_LABELS)
+    np.testing.assert_array_equal(cf["n_rows"].values, [SIZES[3], SIZES[7]])
+    for k in range(2):
+        X, y, inst = tiny_log.arm_rows(k)
+        ref = hierarchical_posterior(X, y, inst, 3, Sigma[0], SIGMA2[k], LAM)
+        np.testing.assert_allclose(cf["mean"].isel(arm=k).values, ref["mean"].values)
+        np.testing.assert_allclose(cf["cov"].isel(arm=k).values, ref["cov"].values)
+        np.testing.assert_allclose(cf["shared_mean"].isel(arm=k).values, ref["shared_mean"].values)
+        np.testing.assert_allclose(
+            cf["sd"].isel(arm=k).values ** 2,
+            np.diagonal(ref["cov"].values, axis1=-2, axis2=-1),
+        )
+        between = cf["cov_between"].isel(arm=k).values
+        np.testing.assert_allclose(between[[0, 1, 2], [0, 1, 2]], ref["cov"].values)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.fixture
+def no_sampling(monkeypatch):
+    def boom(*args, **kwargs):  # pragma: no cover - reaching it is the failure
+        raise AssertionError("pm.sample was called")
+
+    monkeypatch.setattr(pm, "sample", boom)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"Sigma": np.eye(3)}, ValueError, r"Sigma must have shape \(2, 2\) or \(2, 2, 2\)"),
+        ({"Sigma": np.zeros((3, 2, 2))}, ValueError, "Sigma must have shape"),
+        ({"Sigma": np.array([[1.0, 2.0], [2.0, 1.0]])}, ValueError, "Sigma must be positive"),
+        ({"Sigma": np.array([[1.0, 0.5], [0.0, 1.0]])}, ValueError, "Sigma must be symmetric"),
+        ({"Sigma": np.array([[np.nan, 0.0], [0.0, 1.0]])}, ValueError, "Sigma must be finite"),
+        ({"Sigma": "eye"}, TypeError, "Sigma must be numeric"),
+        ({"sigma2": 0.0}, ValueError, "sigma2 must be > 0"),
+        ({"sigma2": [1.0, -1.0]}, ValueError, "sigma2 must be > 0"),
+        ({"sigma2": [1.0, 1.0, 1.0]}, ValueError, r"sigma2 must have shape \(2,\)"),
+        ({"lam": -1.0}, ValueError, "lam must be >= 0"),
+        ({"lam": float("inf")}, ValueError, "lam must be finite"),
+        ({"draws": 0}, ValueError, "draws must be >= 4"),
+        ({"chains": 1.5}, TypeError, "chains must be an integer"),
+        ({"target_accept": 1.0}, ValueError, "target_accept must be < 1"),
+        ({"tolerance": 0.0}, ValueError, "tolerance must be > 0"),
+        ({"nuts_sampler": "stan"}, ValueError, "nuts_sampler must be one of"),
+        ({"parameterization": "centred"}, ValueError, "parameterization must be one of"),
+        ({"dense_mass": "yes"}, TypeError, "dense_mass must be a bool"),
+    ],
+)
+def test_compare_validates_before_sampling(no_sampling, tiny_log, kwargs, exc, match) -> None:
+    args = {"Sigma": np.eye(D), "sigma2": 1.0, "lam": 1.0} | kwargs
+    with pytest.raises(exc, match=match):
+        compare_closed_form(tiny_log, **args)
+
+
+def test_conditional_model_validates(tiny_log) -> None:
+    with pytest.raises(ValueError, match="Sigma must be positive"):
+        conditional_model(tiny_log, -np.eye(D), 1.0, 1.0)
+    with pytest.raises(ValueError, match="sigma2 must be > 0"):
+        conditional_model(tiny_log, np.eye(D), -1.0, 1.0)
+    with pytest.raises(ValueError, match="parameterization"):
+        conditional_model(tiny_log, np.eye(D), 1.0, 1.0, parameterization="whatever")
+
+
+def test_improper_flat_prior_is_rejected_before_sampling(no_sampling, tiny_log) -> None:
+    # arm 7 has 6 rows but instance 30 none and a rank-one Σ: with lam = 0 and only one row of
+    # a two-dimensional arm the shared mean is not identified
+    df = _tiny_frame()
+    one_row = pd.concat([df[df["item"] == 3], df[df["item"] == 7].head(1)])
+    with pytest.raises(ValueError, match=r"arm 7: .*improper"):
+        compare_closed_form(_read(one_row), np.eye(D), 1.0, 0.0)
+
+
+# ----------------------------------------------------------------------------- lazy imports
+
+
+def test_online_path_does_not_import_pymc() -> None:
+    code = (
+        "import sys\n"
+        "import hierbandit, hierbandit.stats, hierbandit.policies, hierbandit.envs\n"
+        "import hierbandit.experiments\n"
+        "heavy = sorted(m for m in ('pymc', 'pytensor') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+
+
+# ----------------------------------------------------------------------------- slow: spec §8.3
+
+
+def _ebm_synthetic_log(seed: int = 0):
+    """N = 10, K = 5, d = 3, 2,000 rows of a uniform-random policy on the ebm environment."""
+    from hierbandit.envs.hierarchical import HierarchicalLinearEnv
+
+    env = HierarchicalLinearEnv(10, 5, 3, rng=seed)
+    T = 2000
+    ro = env.rollout(T, rng=seed + 1)
+    arm = np.random.default_rng(seed + 2).integers(0, env.n_arms, size=T)
+    df = pd.DataFrame(
+        {
+            "instance": ro.instance,
+            "arm": arm,
+            "reward": ro.reward[np.arange(T), arm],
+            **{f"x{i}": ro.context[:, i] for i in range(env.n_features)},
+        }
+    )
+    return env, read_log(df)
+
+
+@pytest.mark.slow
+def test_mcmc_matches_closed_form_on_the_ebm_setting() -> None:
+    env, log = _ebm_synthetic_log()
+    assert log.n_instances == 10 and log.n_arms == 5 and log.n_features == 3
+    start = time.perf_counter()
+    res = compare_closed_form(
+        log, env.Sigma, 1.0, 1e-3, draws=4000, tune=1000, chains=2, random_seed=2026, ess_min=1000
+    )
+    wall = time.perf_counter() - start
+    worst = res.worst(3)
+    print(
+        f"\nebm setting, {res.n_params} parameters: wall {wall:.1f} s (sampling "
+        f"{res.settings['wall_time']:.1f} s), max |z| = {res.max_abs_z:.2f}, "
+        f"max R-hat = {res.diagnostics.max_rhat:.4f}, min bulk ESS = "
+        f"{res.diagnostics.min_ess_bulk:.0f}, divergences = {res.diagnostics.divergences}\n"
+        f"{worst[['z_mean', 'z_sd', 'ess_bulk']]}"
+    )
+    # sampler health first: a failure here is a sampler problem, not a formula mismatch
+    assert res.diagnostics.divergences == 0
+    assert res.diagnostics.max_rhat <= 1.01
+    assert res.diagnostics.min_ess_bulk >= 1000
+    assert res.diagnostics.ok, res.diagnostics.problems
+    # every instance coefficient and every shared mean within 4 MCSE (and every sd)
+    assert res.n_params == 5 * 10 * 3 + 5 * 3
+    assert res.all_ok, worst
+    assert res.verdict == "agree"
+    cov = res.covariance_table()
+    print(f"max relative Frobenius error of the covariances: {cov['rel_frobenius'].max():.3f}")
+    assert (cov.loc[cov.index.str.startswith("beta["), "rel_frobenius"] <= 0.1).all(), cov
+    assert (cov["rel_frobenius"] <= 0.1).all(), cov
+
+
+@pytest.mark.slow
+def test_centered_parameterization_matches_closed_form() -> None:
+    env, log = _ebm_synthetic_log()
+    res = compare_closed_form(
+        log, env.Sigma, 1.0, 1e-3, draws=2000, parameterization="centered", dense_mass=False,
+        random_seed=7, ess_min=1000,
+    )  # fmt: skip
+    assert res.diagnostics.ok, res.diagnostics.problems
+    assert res.all_ok, res.worst()
+
+
+@pytest.mark.slow
+def test_pymc_sampler_on_tiny_data() -> None:
+    res = compare_closed_form(
+        _read(_tiny_frame()), _tiny_sigma(), SIGMA2, LAM, draws=2000, tune=1000,
+        nuts_sampler="pymc", random_seed=3, cores=1,
+    )  # fmt: skip
+    assert res.all_ok, res.worst()
+    assert res.diagnostics.divergences == 0
