@@ -1,22 +1,51 @@
-"""PyMC models of the same generative stories, closed-form-vs-MCMC comparison and diagnostics.
+"""The Bayesian layer: fit priors to historical data, PyMC models of the same generative stories,
+full MCMC, closed-form-vs-MCMC comparison and ArviZ diagnostics.
 
-Importing this package imports PyMC; nothing on the online path (``hierbandit.stats``,
-``policies``, ``envs``, ``experiments``) imports it.
+Imported lazily: ``import hierbandit.bayes`` is cheap, and PyMC is imported only when a name that
+needs it is first used. Nothing on the online path (``hierbandit.stats``, ``policies``, ``envs``,
+``experiments``) imports PyMC.
 """
 
-from .conditional import (
-    ClosedFormComparison,
-    closed_form_posterior,
-    compare_closed_form,
-    conditional_model,
-)
-from .diagnostics import Diagnostics, diagnose
+from __future__ import annotations
 
-__all__ = [
-    "ClosedFormComparison",
-    "Diagnostics",
-    "closed_form_posterior",
-    "compare_closed_form",
-    "conditional_model",
-    "diagnose",
-]
+import importlib
+from typing import Any
+
+from ._devices import configure_host_devices
+
+configure_host_devices()
+
+_EXPORTS = {
+    "ClosedFormComparison": "conditional",
+    "closed_form_posterior": "conditional",
+    "compare_closed_form": "conditional",
+    "conditional_model": "conditional",
+    "Diagnostics": "diagnostics",
+    "diagnose": "diagnostics",
+    "fit_prior": "fit",
+    "prior_from_arrays": "fit",
+    "METHODS": "fit",
+    "HierarchicalPrior": "prior",
+    "load_prior": "prior",
+    "HyperPriors": "models",
+    "collapsed_model": "models",
+    "uncollapsed_model": "models",
+    "add_conditional_draws": "models",
+    "sample": "sampling",
+    "available_samplers": "sampling",
+    "configure_host_devices": "_devices",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,7 +1,8 @@
 """PyMC models of the ebm hierarchical linear model, per arm k over instances j:
 
     β_{k0} ~ N(0, λ⁻¹I),  β_{k,j} | β_{k0} ~ N(β_{k0}, Σ_k),  y = xᵀβ_{k,j} + N(0, σ_k²),
-    Σ_k = diag(s_k) R_k diag(s_k),  R_k ~ LKJ(η),  s_{k,i} ~ HalfNormal(sd_scale),
+    Σ_k = diag(s_k) R_k diag(s_k),  R_k ~ LKJ(η) (via canonical partial correlations, batched
+    over arms),  s_{k,i} ~ HalfNormal(sd_scale),
     σ_k ~ HalfNormal(noise_scale).
 
 * :func:`collapsed_model` integrates the instance coefficients out analytically from the
@@ -87,27 +88,80 @@ def model_coords(log: Any) -> dict[str, Any]:
     }
 
 
-def _covariances(
-    K_: int, d: int, hyper: HyperPriors
-) -> tuple[pt.TensorVariable, pt.TensorVariable]:
-    """Per-arm LKJ Cholesky factors (K, d, d) and the Deterministic Σ (arm, feature, feature_)."""
-    chols = []
-    for k in range(K_):
-        chol, _, _ = pm.LKJCholeskyCov(
-            f"chol_{k}",
-            n=d,
-            eta=hyper.lkj_eta,
-            sd_dist=pm.HalfNormal.dist(hyper.sd_scale, shape=d),
-            compute_corr=True,
-            store_in_trace=False,
+def _cpc_pairs(d: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(d) for j in range(i)]
+
+
+def _cholesky_entries(sd: Any, z: Any, d: int, sqrt: Any) -> dict[tuple[int, int], Any]:
+    """Entries L[i, j] (j ≤ i) of L = diag(sd) W from the CPCs ``z`` (last axis), for NumPy
+    arrays or PyTensor tensors alike (``sqrt`` is ``np.sqrt`` or ``pt.sqrt``).
+
+    W_ij = z_ij (1 − Σ_{m<j} W_im²)^{1/2} for j < i and W_ii = (1 − Σ_{m<i} W_im²)^{1/2}.
+    """
+    col = {p: c for c, p in enumerate(_cpc_pairs(d))}
+    W: dict[tuple[int, int], Any] = {(0, 0): sd[..., 0] * 0.0 + 1.0}
+    for i in range(1, d):
+        acc = 0.0
+        for j in range(i):
+            W[i, j] = z[..., col[i, j]] * sqrt(1.0 - acc) if j else z[..., col[i, j]]
+            acc = acc + W[i, j] ** 2
+        W[i, i] = sqrt(1.0 - acc)
+    return {(i, j): sd[..., i] * W[i, j] for i in range(d) for j in range(i + 1)}
+
+
+def _lkj_cholesky(Kn: int, d: int, hyper: HyperPriors) -> tuple[dict, pt.TensorVariable, Any]:
+    """Cholesky factors L_k = diag(s_k) W_k of Σ_k for every arm, batched over arms.
+
+    W_k is the Cholesky factor of an LKJ(η) correlation matrix built from its canonical partial
+    correlations (CPCs, :func:`_cholesky_entries`). Under LKJ(η) the CPCs are independent,
+    z_ij = 2u − 1 with u ~ Beta(α_j, α_j), α_j = η + (d − j − 2)/2 for 0-based column j
+    (Lewandowski, Kurowicka & Joe 2009), so one batched Beta variable gives every arm's
+    correlation matrix the exact LKJ prior; s_k ~ HalfNormal(sd_scale). Returns the entries
+    L[i, j] as (K,) tensors (structure of arrays), the stacked (K, d, d) factor, and the noise
+    sd σ (K,).
+    """
+    pairs = _cpc_pairs(d)
+    sd = pm.HalfNormal("Sigma_sd", hyper.sd_scale, dims=("arm", "feature"))
+    z = pt.zeros((Kn, 0))
+    if pairs:
+        alpha = np.array([hyper.lkj_eta + (d - j - 2) / 2.0 for _, j in pairs])
+        z = 2.0 * pm.Beta("Sigma_cpc", alpha=alpha, beta=alpha, shape=(Kn, len(pairs))) - 1.0
+    L = _cholesky_entries(sd, z, d, pt.sqrt)
+    zero = pt.zeros((Kn,))
+    Lmat = pt.stack(
+        [pt.stack([L[i, j] if j <= i else zero for j in range(d)], axis=-1) for i in range(d)],
+        axis=-2,
+    )
+    pm.Deterministic("Sigma", pt.matmul(Lmat, matT(Lmat)), dims=("arm", "feature", "feature_"))
+    sigma = pm.HalfNormal("sigma", hyper.noise_scale, dims="arm")
+    return L, Lmat, sigma
+
+
+def constrain_draws(model: pm.Model, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Stored variables (Σ, σ and, where sampled, β₀/β) from unconstrained draws of a model built
+    here, in NumPy: raw arrays have leading (chain, draw) axes and are keyed by value-variable
+    name. Uses PyMC's own log / log-odds transforms' inverses (exp / expit)."""
+    from scipy.special import expit
+
+    names = {rv.name: model.rvs_to_values[rv].name for rv in model.free_RVs}
+    d = len(model.coords["feature"])
+    sd = np.exp(raw[names["Sigma_sd"]])
+    z = 2.0 * expit(raw[names["Sigma_cpc"]]) - 1.0 if "Sigma_cpc" in names else sd[..., :0]
+    L = _cholesky_entries(sd, z, d, np.sqrt)
+    Lm = np.zeros((*sd.shape[:-1], d, d))
+    for (i, j), v in L.items():
+        Lm[..., i, j] = v
+    out = {"Sigma": Lm @ np.swapaxes(Lm, -1, -2), "sigma": np.exp(raw[names["sigma"]])}
+    if "beta0" in names:
+        out["beta0"] = np.asarray(raw[names["beta0"]])
+    if "z" in names:  # uncollapsed: β = β₀ + L z
+        out["beta"] = out["beta0"][..., None, :] + np.einsum(
+            "...kab,...kjb->...kja", Lm, raw[names["z"]]
         )
-        chols.append(chol)
-    L = pt.stack(chols)
-    pm.Deterministic("Sigma", pt.matmul(L, matT(L)), dims=("arm", "feature", "feature_"))
-    return L, pm.HalfNormal("sigma", hyper.noise_scale, dims="arm")
+    return out
 
 
-def _collapsed_soa(st: Any, L: Any, s2: Any, lam: float, beta0: Any = None) -> Any:
+def _collapsed_soa(st: Any, Ld: dict, s2: Any, lam: float, beta0: Any = None) -> Any:
     """Per-arm collapsed log-likelihood (K,) in structure-of-arrays form.
 
     Every entry of every d×d matrix is its own (arm, instance) array, so the whole computation is
@@ -119,7 +173,7 @@ def _collapsed_soa(st: Any, L: Any, s2: Any, lam: float, beta0: Any = None) -> A
     bv = [pt.as_tensor(st.b[:, :, a]) for a in range(d)]
     q = pt.as_tensor(st.q)
     n = pt.as_tensor(st.n.astype(float))
-    Le = {(i, j): L[:, i, j][:, None] for i in range(d) for j in range(i + 1)}
+    Le = {key: v[:, None] for key, v in Ld.items()}
     s2c = s2[:, None]
     # U = LᵀG, u = Lᵀb   (L lower triangular: L_ai ≠ 0 only for a ≥ i)
     U = {(i, c): sum(Le[a, i] * G[a, c] for a in range(i, d)) for i in range(d) for c in range(d)}
@@ -212,16 +266,16 @@ def collapsed_model(
     *,
     hyper: HyperPriors | None = None,
     collapse_shared_mean: bool = True,
-    algebra: str = "auto",
+    algebra: str = "batched",
 ) -> pm.Model:
     """Full-Bayes model with the instance coefficients integrated out (and the shared mean too,
     unless ``collapse_shared_mean=False``, in which case NUTS samples ``beta0``).
 
     ``log`` is a :class:`~hierbandit.data.HistoricalLog`; only its sufficient statistics enter the
     model, so the cost per gradient does not depend on the number of rows. ``algebra`` chooses how
-    the per-(arm, instance) d×d algebra is written: ``"soa"`` (every matrix entry its own array;
-    fastest for small d), ``"batched"`` (batched linear-algebra ops) or ``"auto"`` (``"soa"`` for
-    d ≤ 8).
+    the per-(arm, instance) d×d algebra is written: ``"batched"`` (batched linear-algebra ops,
+    default: the fastest measured, see ``benchmarks/bench_bayes_collapsed.py``) or ``"soa"``
+    (every matrix entry its own array; ``"auto"`` picks it for d ≤ 8).
     """
     hyper = hyper or HyperPriors()
     algebra = check_choice(algebra, ("auto", "soa", "batched"), "algebra")
@@ -229,18 +283,22 @@ def collapsed_model(
     Kn, d = st.b.shape[0], st.b.shape[2]
     soa = algebra == "soa" or (algebra == "auto" and d <= UNROLL_MAX)
     with pm.Model(coords=model_coords(log)) as model:
-        L, sigma = _covariances(Kn, d, hyper)
+        Ld, L, sigma = _lkj_cholesky(Kn, d, hyper)
         beta0 = None
         if not collapse_shared_mean:
             beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
-        build = _collapsed_soa if soa else _collapsed_batched
-        pm.Potential("marginal_loglik", build(st, L, sigma**2, hyper.lam, beta0).sum())
+        if soa:
+            ll = _collapsed_soa(st, Ld, sigma**2, hyper.lam, beta0)
+        else:
+            ll = _collapsed_batched(st, L, sigma**2, hyper.lam, beta0)
+        pm.Potential("marginal_loglik", ll.sum())
     model.hb_meta = {  # type: ignore[attr-defined]
         "kind": "collapsed",
         "collapse_shared_mean": collapse_shared_mean,
         "algebra": "soa" if soa else "batched",
         "hyper": hyper.to_dict(),
         "trace_vars": ["Sigma", "sigma"] + ([] if collapse_shared_mean else ["beta0"]),
+        "constrain": constrain_draws,
     }
     return model
 
@@ -251,7 +309,7 @@ def uncollapsed_model(log: Any, *, hyper: HyperPriors | None = None) -> pm.Model
     hyper = hyper or HyperPriors()
     Kn, d = log.n_arms, log.n_features
     with pm.Model(coords=model_coords(log)) as model:
-        L, sigma = _covariances(Kn, d, hyper)
+        _, L, sigma = _lkj_cholesky(Kn, d, hyper)
         beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
         z = pm.Normal("z", 0.0, 1.0, dims=("arm", "instance", "feature"))
         beta = pm.Deterministic(
@@ -266,6 +324,7 @@ def uncollapsed_model(log: Any, *, hyper: HyperPriors | None = None) -> pm.Model
         "kind": "uncollapsed",
         "hyper": hyper.to_dict(),
         "trace_vars": ["Sigma", "sigma", "beta0", "beta"],
+        "constrain": constrain_draws,
     }
     return model
 
