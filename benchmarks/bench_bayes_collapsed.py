@@ -1,0 +1,108 @@
+"""Wall time and minimum bulk ESS: collapsed full-Bayes fit against the naive uncollapsed model.
+
+The ebm synthetic setting (N = 10 instances, K = 5 arms, d = 3, rows from a uniform-random
+policy), 2 chains × 1,000 draws after 1,000 tuning steps, PyMC defaults otherwise
+(target_accept 0.8). Prints, per configuration, the wall time from model building to
+InferenceData, the minimum bulk ESS and maximum R-hat over Σ_k and σ_k, divergences, and
+ESS per second; then the ratios the targets are stated in:
+
+* naive / collapsed wall time at T = 2,000 rows (target ≥ 40×, with ESS ≥ 1,000);
+* collapsed at T = 100,000 rows / collapsed at T = 2,000 (target ≤ 1.5).
+
+The naive model samples every coefficient (non-centred) from the rows with PyMC's default NUTS
+(about 7 minutes here); ``--naive numpyro`` runs it with numpyro instead and ``--naive skip``
+uses the reference figure of 425 s measured on these machines.
+
+Run: ``.venv/bin/python benchmarks/bench_bayes_collapsed.py [--naive pymc|numpyro|skip]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import arviz as az
+import numpy as np
+import pandas as pd
+
+import hierbandit.bayes  # noqa: F401  (configures JAX host devices before JAX starts)
+from hierbandit.bayes.models import collapsed_model, uncollapsed_model
+from hierbandit.bayes.sampling import sample
+from hierbandit.data import read_log
+from hierbandit.envs import HierarchicalLinearEnv
+
+REFERENCE_NAIVE_SECONDS = 425.0
+
+
+def synthetic_log(rows: int, seed: int = 0):
+    env = HierarchicalLinearEnv(10, 5, 3, rng=seed)
+    roll = env.rollout(rows, np.random.default_rng(seed + 1))
+    arm = np.random.default_rng(seed + 2).integers(0, 5, rows)
+    t = np.arange(rows)
+    df = pd.DataFrame(
+        {
+            "instance": roll.instance,
+            "arm": arm,
+            "reward": roll.mean_reward[t, arm] + roll.noise[t, arm],
+        }
+    )
+    for i in range(3):
+        df[f"x{i}"] = roll.context[:, i]
+    return read_log(df)
+
+
+def run(label: str, build, log, **kw) -> dict:
+    t0 = time.perf_counter()
+    model = build(log)
+    idata = sample(model, draws=1000, tune=1000, chains=2, target_accept=0.8, random_seed=1, **kw)
+    wall = time.perf_counter() - t0
+    summ = az.summary(idata, var_names=["Sigma", "sigma"])
+    ess = float(summ["ess_bulk"].min())
+    row = {
+        "config": label,
+        "rows": log.n_rows,
+        "wall_s": wall,
+        "min_ess_bulk": ess,
+        "max_rhat": float(summ["r_hat"].max()),
+        "divergences": int(idata.sample_stats["diverging"].sum()),
+        "ess_per_s": ess / wall,
+    }
+    print(
+        f"{label:<34}{log.n_rows:>8}{wall:>9.1f}{ess:>9.0f}{row['max_rhat']:>8.3f}"
+        f"{row['divergences']:>6}{row['ess_per_s']:>9.1f}",
+        flush=True,
+    )
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--naive", choices=["pymc", "numpyro", "skip"], default="pymc")
+    args = parser.parse_args()
+    small, large = synthetic_log(2_000), synthetic_log(100_000)
+    print(
+        f"{'configuration':<34}{'rows':>8}{'wall s':>9}{'min ESS':>9}{'R-hat':>8}{'div':>6}{'ESS/s':>9}"
+    )
+    c_small = run("collapsed (numpyro)", collapsed_model, small)
+    c_large = run("collapsed (numpyro)", collapsed_model, large)
+    if args.naive == "skip":
+        naive_wall = REFERENCE_NAIVE_SECONDS
+        print(f"{'naive uncollapsed (reference)':<34}{2000:>8}{naive_wall:>9.1f}")
+    else:
+        kw = {"nuts_sampler": "pymc"} if args.naive == "pymc" else {}
+        naive_wall = run(f"naive uncollapsed ({args.naive})", uncollapsed_model, small, **kw)[
+            "wall_s"
+        ]
+    print()
+    print(
+        f"naive / collapsed wall time at 2,000 rows: {naive_wall / c_small['wall_s']:.1f}× "
+        f"(target ≥ 40×; collapsed min ESS {c_small['min_ess_bulk']:.0f}, target ≥ 1,000)"
+    )
+    print(
+        f"collapsed 100,000 rows / 2,000 rows: {c_large['wall_s'] / c_small['wall_s']:.2f} "
+        "(target ≤ 1.5)"
+    )
+
+
+if __name__ == "__main__":
+    main()
