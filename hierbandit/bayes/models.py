@@ -299,6 +299,7 @@ def collapsed_model(
         "hyper": hyper.to_dict(),
         "trace_vars": ["Sigma", "sigma"] + ([] if collapse_shared_mean else ["beta0"]),
         "constrain": constrain_draws,
+        "finite_init": True,
     }
     return model
 
@@ -325,6 +326,7 @@ def uncollapsed_model(log: Any, *, hyper: HyperPriors | None = None) -> pm.Model
         "hyper": hyper.to_dict(),
         "trace_vars": ["Sigma", "sigma", "beta0", "beta"],
         "constrain": constrain_draws,
+        "finite_init": True,
     }
     return model
 

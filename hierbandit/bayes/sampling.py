@@ -118,12 +118,15 @@ def _sample_numpyro(
     # jittered initial points (PyMC's rule: uniform(−1, 1) in the unconstrained space), checked
     rng = np.random.default_rng(random_seed)
     base = model.initial_point(random_seed=random_seed)
-    check = jax.jit(potential)
+    # models built here have proper priors and log/logit transforms: every jittered point is
+    # finite, so they skip compiling a separate check (``hb_meta["finite_init"]``)
+    meta = getattr(model, "hb_meta", None) or {}
+    check = None if meta.get("finite_init") else jax.jit(potential)
     init: dict[str, list[np.ndarray]] = {n: [] for n in names}
     for _ in range(chains):
         for _attempt in range(100):
             point = {n: np.asarray(base[n]) + rng.uniform(-1, 1, np.shape(base[n])) for n in names}
-            if np.isfinite(float(check(point))):
+            if check is None or np.isfinite(float(check(point))):
                 break
         else:  # pragma: no cover - pathological models
             raise ValueError("could not find a finite initial point in 100 jittered attempts")
@@ -158,8 +161,7 @@ def _sample_numpyro(
     sampling_time = time.perf_counter() - start
 
     # map the unconstrained draws to the stored (constrained / deterministic) variables
-    meta = getattr(model, "hb_meta", None)
-    if meta is not None and "constrain" in meta:
+    if "constrain" in meta:
         allv = meta["constrain"](model, {n: np.asarray(raw[n]) for n in names})
         posterior = {k: v for k, v in allv.items() if var_names is None or k in var_names}
     else:
