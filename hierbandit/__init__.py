@@ -9,4 +9,19 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 
 from . import stats
 
-__all__ = ["__version__", "stats"]
+
+def load_prior(path):  # type: ignore[no-untyped-def]
+    """Load a :class:`~hierbandit.bayes.HierarchicalPrior` saved with ``prior.save(path)``."""
+    from .bayes.prior import load_prior as _load
+
+    return _load(path)
+
+
+def fit_prior(data, **kwargs):  # type: ignore[no-untyped-def]
+    """Fit a hierarchical prior to a historical log; see :func:`hierbandit.bayes.fit_prior`."""
+    from .bayes.fit import fit_prior as _fit
+
+    return _fit(data, **kwargs)
+
+
+__all__ = ["__version__", "fit_prior", "load_prior", "stats"]

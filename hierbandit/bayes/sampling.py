@@ -156,9 +156,9 @@ def _sample_numpyro(
         "adapt_state.step_size",
     )
     mcmc.run(jax.random.PRNGKey(random_seed), init_params=init_params, extra_fields=fields)
-    raw = mcmc.get_samples(group_by_chain=True)
+    raw = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
     extra = mcmc.get_extra_fields(group_by_chain=True)
-    sampling_time = time.perf_counter() - start
+    sampling_time = time.perf_counter() - start  # JAX dispatches asynchronously: block first
 
     # map the unconstrained draws to the stored (constrained / deterministic) variables
     if "constrain" in meta:

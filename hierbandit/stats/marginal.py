@@ -533,15 +533,23 @@ def fit_type2_ml(
                 f"or use lam > 0"
             )
     S0, s20 = _moment_start(st)
+    starts: list[tuple[np.ndarray, float]] = []
+    if sigma2_init is not None:
+        s20 = check_scalar(sigma2_init, "sigma2_init", low=0.0, low_inclusive=False)
     if Sigma_init is not None:
         S0 = check_covariance(Sigma_init, d, "Sigma_init")
         scale = max(float(np.trace(S0)) / d, 1e-300)
         w, U = np.linalg.eigh(S0)
         S0 = (U * np.maximum(w, 1e-6 * scale)) @ U.T
-        S0 = 0.5 * (S0 + S0.T)
-    if sigma2_init is not None:
-        s20 = check_scalar(sigma2_init, "sigma2_init", low=0.0, low_inclusive=False)
-    theta0 = _pack(np.linalg.cholesky(S0), s20)
+        starts.append((0.5 * (S0 + S0.T), s20))
+    else:
+        # The moment start (scatter of per-instance OLS estimates) is inflated by OLS noise when
+        # some instances' designs are nearly singular, and L-BFGS-B can stop on a plateau far from
+        # the maximum there; two scale-aware isotropic starts guard against that, and the best
+        # penalised likelihood wins.
+        feat_var = float(np.sum(np.trace(st.G, axis1=1, axis2=2)) / (d * T))
+        iso = s20 / max(feat_var, 1e-300)
+        starts += [(S0, s20), (iso * np.eye(d), s20), (0.1 * iso * np.eye(d), s20)]
 
     scale = 1.0 / T  # optimise the per-row objective so that gtol is scale-free
 
@@ -551,16 +559,23 @@ def fit_type2_ml(
             return np.inf, np.zeros_like(theta)
         return -f * scale, -g * scale
 
-    f0, _ = fun(theta0)
-    if not np.isfinite(f0):  # pragma: no cover - guarded by the rank check above
-        raise ValueError("the objective is not finite at the starting values")
-    res = optimize.minimize(
-        fun,
-        theta0,
-        jac=True,
-        method="L-BFGS-B",
-        options={"maxiter": max_iter, "ftol": 1e-15, "gtol": tol, "maxcor": 30},
-    )
+    res = None
+    for S_start, s2_start in starts:
+        theta0 = _pack(np.linalg.cholesky(S_start), s2_start)
+        f0, _ = fun(theta0)
+        if not np.isfinite(f0):  # pragma: no cover - guarded by the rank check above
+            continue
+        cand = optimize.minimize(
+            fun,
+            theta0,
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": max_iter, "ftol": 1e-15, "gtol": tol, "maxcor": 30},
+        )
+        if res is None or cand.fun < res.fun:
+            res = cand
+    if res is None:  # pragma: no cover
+        raise ValueError("the objective is not finite at any starting value")
     theta = res.x
     _, g, beta0, ll = _profiled(theta, st, lam)
     Lh, sigma2 = _unpack(theta, d)
