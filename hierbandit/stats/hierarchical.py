@@ -111,7 +111,9 @@ def _posterior_from_stats(
     Phi = np.empty((d, d))
     beta0 = np.empty(d)
     ok = K.arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
-    if not ok or not np.all(np.isfinite(Phi)):
+    w = np.linalg.eigvalsh(P) if np.all(np.isfinite(P)) else np.array([np.nan])
+    identified = bool(np.all(np.isfinite(w)) and w[0] > 1e-12 * max(float(np.abs(w).max()), 1e-300))
+    if not ok or not identified or not np.all(np.isfinite(Phi)):
         raise ValueError(
             "the shared-mean posterior is improper: with lam=0 the data must identify the shared "
             "mean (pooled information matrix singular); use lam > 0"

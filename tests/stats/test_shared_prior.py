@@ -78,3 +78,10 @@ def test_shared_prior_validation(shared_prior, exc, name):
         posterior_given_hyper(
             np.zeros((1, 2, 2)), np.zeros((1, 2)), np.eye(2), 1.0, 1.0, shared_prior=shared_prior
         )
+
+
+def test_flat_prior_without_identifying_data_raises():
+    G = np.zeros((2, 2, 2))
+    G[0] = np.diag([1.0, 0.0])  # the second coordinate of the shared mean is never observed
+    with pytest.raises(ValueError, match="lam"):
+        posterior_given_hyper(G, np.zeros((2, 2)), np.eye(2), 1.0, 0.0)
