@@ -61,8 +61,9 @@ def sample(
     meta = getattr(model, "hb_meta", None)
     if var_names is None and meta is not None:
         var_names = list(meta["trace_vars"])
-    if nuts_sampler == "numpyro" and driver == "direct":
-        return _sample_numpyro(
+    if driver == "direct" and nuts_sampler in ("numpyro", "nutpie"):
+        run = _sample_numpyro if nuts_sampler == "numpyro" else _sample_nutpie
+        return run(
             model,
             draws=draws,
             tune=tune,
@@ -181,6 +182,54 @@ def _sample_numpyro(
     for group in ("posterior", "sample_stats"):
         idata[group].attrs.update(
             {"inference_library": "numpyro", "sampling_time": sampling_time, "tuning_steps": tune}
+        )
+    return idata
+
+
+def _sample_nutpie(
+    model: pm.Model,
+    *,
+    draws: int,
+    tune: int,
+    chains: int,
+    target_accept: float,
+    random_seed: int,
+    progressbar: bool,
+    var_names: list[str] | None,
+    backend: str = "jax",
+    **kwargs: Any,
+) -> Any:
+    """nutpie's NUTS (Rust, chains in parallel threads) on the model compiled with JAX by default:
+    its numba backend takes minutes to compile these models (measured: 102 s for the collapsed
+    ebm-synthetic model against 2.7 s with JAX)."""
+    import nutpie
+
+    start = time.perf_counter()
+    compiled = nutpie.compile_pymc_model(
+        model,
+        backend=backend,
+        gradient_backend="jax" if backend == "jax" else "pytensor",
+    )
+    idata = nutpie.sample(
+        compiled,
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        seed=random_seed,
+        target_accept=target_accept,
+        progress_bar=progressbar,
+        save_warmup=False,
+        **kwargs,
+    )
+    keep = [v for v in idata.posterior.data_vars if var_names is None or v in var_names]
+    idata.posterior = idata.posterior[keep]
+    for group in ("posterior", "sample_stats"):
+        idata[group].attrs.update(
+            {
+                "inference_library": "nutpie",
+                "sampling_time": time.perf_counter() - start,
+                "tuning_steps": tune,
+            }
         )
     return idata
 

@@ -102,3 +102,12 @@ def test_mcmc_collapsed_small(log_df, tmp_path):
     from hierbandit.bayes.prior import load_prior
 
     assert load_prior(prior.save(tmp_path / "m.nc")) == prior
+
+
+def test_mcmc_with_the_nutpie_backend(log_df):
+    """An alternative NUTS backend from the registry (nutpie, JAX-compiled model)."""
+    prior = fit_prior(log_df, method="mcmc", nuts_sampler="nutpie", draws=200, tune=200)
+    assert prior.idata.posterior.attrs["inference_library"] == "nutpie"
+    assert set(prior.idata.posterior.data_vars) == {"Sigma", "sigma", "beta0", "beta"}
+    ml = fit_prior(log_df, method="ml")
+    np.testing.assert_allclose(prior.sigma2, ml.sigma2, rtol=0.15)
