@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.9
 PYTEST_WORKERS ?= 2
 
-.PHONY: env run test test-slow test-all bench figures lint lock clean
+.PHONY: env run demo models test test-slow test-all bench figures lint lock clean
 
 env: $(STAMP)
 
@@ -19,9 +19,18 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
 
-## the main job: a short ebm simulation, a regret table and a regret plot in results/demo
+## the main job: the whole workflow on real MovieLens data (fit EB/ML/MCMC priors, diagnose,
+## sampling vs closed form, simulate EbmTS vs LinTS), a report in results/quickstart (~3 min)
 run: env
+	$(BIN)/hierbandit quickstart --out results/quickstart
+
+## a short ebm simulation on the paper's synthetic data-poor setting, into results/demo
+demo: env
 	$(BIN)/hierbandit demo --out results/demo
+
+## rebuild the default priors in models/ (movielens-eb, movielens-ml, movielens-mcmc)
+models: env
+	$(BIN)/hierbandit build-models --out models
 
 ## the default test suite (what CI runs)
 test: env

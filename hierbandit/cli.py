@@ -1,14 +1,20 @@
 """The ``hierbandit`` command.
 
-``hierbandit demo`` is the main job of the README: a short ebm simulation on the paper's
-data-poor setting that prints a regret table and writes a regret plot. ``hierbandit ebm
-figures`` reproduces the ebm paper's Figures 1 and 2.
+``hierbandit quickstart`` is the main job of the README: the whole workflow on the default real
+log (MovieLens ratings): fit the prior by EB, ML and MCMC, diagnose, compare sampling with the
+closed form, simulate EbmTS warm-started from the prior against LinTS, and write a report folder.
+``hierbandit fit-prior`` fits a prior to a user's own CSV/Parquet log; ``hierbandit
+build-models`` rebuilds the default priors in ``models/``. ``hierbandit demo`` is a short ebm
+simulation on the paper's data-poor setting; ``hierbandit ebm figures`` reproduces the ebm
+paper's Figures 1 and 2.
 """
 
 from __future__ import annotations
 
+import enum
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -42,6 +48,241 @@ def _print_table(ds, instance: int = 0) -> None:
     Console().print(table)
 
 
+def _fail(message: str) -> typer.Exit:
+    """Print a clean error message (no traceback) and return the exit to raise (code 2)."""
+    typer.echo(f"Error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def quickstart(
+    out: Out = Path("results/quickstart"),
+    seeds: Seeds = 10,
+    horizon: Horizon = 2000,
+    draws: Annotated[
+        int, typer.Option("--draws", min=10, help="MCMC draws per chain of the full-Bayes fit.")
+    ] = 1000,
+    tune: Annotated[
+        int, typer.Option("--tune", min=0, help="MCMC tuning steps of the full-Bayes fit.")
+    ] = 1000,
+    chains: Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")] = 2,
+    users: Annotated[
+        int, typer.Option("--users", min=2, help="Users (instances) of the MovieLens log.")
+    ] = 30,
+    compare_draws: Annotated[
+        int,
+        typer.Option("--compare-draws", min=10, help="Draws per chain of sampling vs closed form."),
+    ] = 1000,
+    compare_tune: Annotated[
+        int, typer.Option("--compare-tune", min=0, help="Tuning steps of sampling vs closed form.")
+    ] = 1000,
+    seed: Seed = 0,
+) -> None:
+    """The whole workflow on real MovieLens data: fit, diagnose, compare, simulate, report."""
+    from .experiments.quickstart import run_quickstart
+
+    try:
+        result = run_quickstart(
+            out,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            seeds=seeds,
+            horizon=horizon,
+            n_users=users,
+            progress=True,
+            random_seed=seed,
+            compare_draws=compare_draws,
+            compare_tune=compare_tune,
+        )
+    except (ValueError, TypeError) as exc:
+        raise _fail(str(exc)) from None
+    _print_quickstart_summary(result)
+
+
+def _print_quickstart_summary(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="quickstart: final cumulative regret (mean ± s.e. over seeds)")
+    table.add_column("policy")
+    table.add_column("overall", justify="right")
+    table.add_column("least active user", justify="right")
+    regret = result["regret"]
+    for pol in sorted(regret, key=lambda p: regret[p]["mean"]):
+        r = regret[pol]
+        table.add_row(
+            pol,
+            f"{r['mean']:.1f} ± {r['se']:.1f}",
+            f"{r['poorest_user_mean']:.1f} ± {r['poorest_user_se']:.1f}",
+        )
+    console = Console()
+    console.print(table)
+    d, c = result["diagnostics"], result["closed_form"]
+    console.print(
+        f"MCMC: max R-hat {d['max_rhat']:.3f}, min bulk ESS {d['min_ess_bulk']:.0f}, "
+        f"{d['divergences']} divergences. Sampling vs closed form: {c['n_params']} parameters, "
+        f"max |z| {c['max_abs_z']:.2f}, verdict {c['verdict']}.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"wrote {result['report']}", highlight=False, soft_wrap=True)
+
+
+class Method(enum.StrEnum):
+    """Fitting methods of ``fit-prior``."""
+
+    eb = "eb"
+    ml = "ml"
+    mcmc = "mcmc"
+
+
+def _print_prior_summary(prior: Any, path: Path, diag: Any = None) -> None:
+    import numpy as np
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    feats = prior.features
+    table = Table(title=f"{prior.method} prior: Σ_k and σ²_k per arm")
+    table.add_column("arm", justify="right")
+    table.add_column("σ²_k", justify="right")
+    show_diag = len(feats) <= 6
+    if show_diag:
+        for f in feats:
+            table.add_column(escape(f"Σ[{f}, {f}]"), justify="right")
+    else:
+        table.add_column("trace Σ_k", justify="right")
+    table.add_column("max |corr|", justify="right")
+    for k, arm in enumerate(prior.arms):
+        S = prior.Sigma[k]
+        sd = np.sqrt(np.clip(np.diag(S), 0.0, None))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            corr = S / np.outer(sd, sd)
+        off = corr[~np.eye(len(feats), dtype=bool)]
+        off = off[np.isfinite(off)]
+        cells = [f"{v:.4g}" for v in np.diag(S)] if show_diag else [f"{np.trace(S):.4g}"]
+        table.add_row(
+            str(arm),
+            f"{prior.sigma2[k]:.4g}",
+            *cells,
+            f"{np.abs(off).max():.2f}" if off.size else "-",
+        )
+    console = Console()
+    console.print(table)
+    prov = prior.provenance
+    console.print(
+        f"{prov.get('n_rows', '?')} rows, {prov.get('n_instances', '?')} instances, "
+        f"{prior.n_arms} arm{'' if prior.n_arms == 1 else 's'}, features {feats}; "
+        f"data hash {str(prov.get('data_hash', ''))[:16]}…",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if diag is not None:
+        status = "OK" if diag.ok else f"{len(diag.problems)} problem(s)"
+        console.print(
+            f"MCMC diagnostics {status}: max R-hat {diag.max_rhat:.3f}, min bulk ESS "
+            f"{diag.min_ess_bulk:.0f}, {diag.divergences} divergences",
+            highlight=False,
+            soft_wrap=True,
+        )
+    console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+@app.command("fit-prior")
+def fit_prior_cmd(
+    data: Annotated[
+        Path, typer.Argument(help="The log: a CSV (optionally compressed) or Parquet file.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output netCDF file (PATH.nc).")],
+    method: Annotated[Method, typer.Option("--method", help="Fitting method.")] = Method.eb,
+    instance: Annotated[str, typer.Option("--instance", help="Instance (user) column.")] = (
+        "instance"
+    ),
+    arm: Annotated[str, typer.Option("--arm", help="Arm column.")] = "arm",
+    single_arm: Annotated[
+        bool, typer.Option("--single-arm", help="The log has no arm column (one arm).")
+    ] = False,
+    reward: Annotated[str, typer.Option("--reward", help="Reward column.")] = "reward",
+    feature: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--feature", help="Feature column (repeat for several; default: every other numeric)."
+        ),
+    ] = None,
+    lam: Annotated[
+        float | None,
+        typer.Option("--lam", help="Shared-mean prior precision (default 0.001; 0 for ml)."),
+    ] = None,
+    draws: Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")] = 1000,
+    tune: Annotated[int, typer.Option("--tune", min=0, help="MCMC tuning steps.")] = 1000,
+    chains: Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")] = 2,
+    seed: Seed = 0,
+) -> None:
+    """Fit a hierarchical prior (per-arm shared mean, Σ_k, σ²_k) to your own log and save it."""
+    if out.suffix != ".nc":
+        raise _fail(f"--out must be a netCDF path ending in .nc, got {str(out)!r}")
+    if out.exists() and out.is_dir():
+        raise _fail(f"--out {str(out)!r} is a directory; give a file path ending in .nc")
+    from .bayes import diagnose, fit_prior
+
+    kwargs: dict[str, Any] = {
+        "instance": instance,
+        "arm": None if single_arm else arm,
+        "reward": reward,
+        "features": list(feature) if feature else None,
+        "method": method.value,
+        "lam": lam,
+        "random_seed": seed,
+    }
+    if method is Method.mcmc:
+        kwargs.update(draws=draws, tune=tune, chains=chains)
+    try:
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            with Console(stderr=True).status(f"fitting the prior ({method.value}) …"):
+                prior = fit_prior(data, **kwargs)
+        else:
+            prior = fit_prior(data, **kwargs)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    diag = diagnose(prior, warn=False) if method is Method.mcmc else None
+    try:
+        path = prior.save(out)
+    except OSError as exc:
+        raise _fail(f"could not write {str(out)!r}: {exc}") from None
+    _print_prior_summary(prior, path, diag)
+
+
+@app.command("build-models")
+def build_models_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Models folder.")] = Path("models"),
+    draws: Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")] = 1000,
+    tune: Annotated[int, typer.Option("--tune", min=0, help="MCMC tuning steps.")] = 1000,
+    chains: Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")] = 2,
+    users: Annotated[
+        int, typer.Option("--users", min=2, help="Users (instances) of the MovieLens log.")
+    ] = 30,
+    seed: Seed = 0,
+) -> None:
+    """Rebuild the default priors: models/movielens-{eb,ml,mcmc}/ (prior.nc + card.json)."""
+    from .experiments.models_build import build_models
+
+    try:
+        build_models(
+            out,
+            n_users=users,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            random_seed=seed,
+            progress=True,
+        )
+    except (ValueError, TypeError) as exc:
+        raise _fail(str(exc)) from None
+
+
 @app.command()
 def demo(
     out: Out = Path("results/demo"),
@@ -49,7 +290,7 @@ def demo(
     horizon: Horizon = 2000,
     seed: Seed = 0,
 ) -> None:
-    """Short ebm simulation (data-poor setting): regret table and regret plot."""
+    """Short ebm simulation (synthetic data-poor setting): regret table and regret plot."""
     from .experiments.ebm import run_setting, write_results
 
     ds = run_setting("fig1-data-poor", n_seeds=seeds, horizon=horizon, seed=seed, progress=True)

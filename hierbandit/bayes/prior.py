@@ -13,14 +13,14 @@ intact. This module does not import PyMC.
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
+
+from .._io import atomic_write, decode_attrs, netcdf_attrs
 
 __all__ = ["HierarchicalPrior", "load_prior"]
 
@@ -30,28 +30,6 @@ _REQUIRED = {
     "Sigma": ("arm", "feature", "feature_"),
     "sigma2": ("arm",),
 }
-
-
-def _netcdf_safe_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    """netCDF attributes must be strings, numbers or numeric arrays; encode the rest as JSON."""
-    out: dict[str, Any] = {}
-    for key, value in attrs.items():
-        if isinstance(value, bool | np.bool_):
-            out[key] = int(value)
-        elif isinstance(value, str | int | float | np.integer | np.floating) or (
-            isinstance(value, np.ndarray) and value.dtype.kind in "iuf"
-        ):
-            out[key] = value
-        else:
-            out[key] = "json:" + json.dumps(value, default=str)
-    return out
-
-
-def _decode_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: (json.loads(v[5:]) if isinstance(v, str) and v.startswith("json:") else v)
-        for k, v in attrs.items()
-    }
 
 
 def _group_dataset(node: xr.DataTree) -> xr.Dataset:
@@ -141,7 +119,7 @@ class HierarchicalPrior:
     @property
     def provenance(self) -> dict[str, Any]:
         """Where the prior came from: method, configuration, data hash, package version…"""
-        return _decode_attrs(dict(self.dataset.attrs))
+        return decode_attrs(dict(self.dataset.attrs))
 
     def __repr__(self) -> str:
         return (
@@ -169,12 +147,12 @@ class HierarchicalPrior:
     def to_datatree(self) -> xr.DataTree:
         """The prior as a DataTree: the variables at the root, InferenceData under ``idata``."""
         root = self.dataset.copy()
-        root.attrs = _netcdf_safe_attrs(dict(self.dataset.attrs))
+        root.attrs = netcdf_attrs(dict(self.dataset.attrs))
         children: dict[str, xr.Dataset] = {"/": root}
         if self.idata is not None:
             for group in self.idata.groups():
                 ds = self.idata[group].copy()
-                ds.attrs = _netcdf_safe_attrs(dict(ds.attrs))
+                ds.attrs = netcdf_attrs(dict(ds.attrs))
                 children[f"/idata/{group}"] = ds
         return xr.DataTree.from_dict(children)
 
@@ -183,19 +161,8 @@ class HierarchicalPrior:
         path = Path(path)
         if path.suffix != ".nc":
             raise ValueError(f"path must end in .nc, got {path.name!r}")
-        path.parent.mkdir(parents=True, exist_ok=True)
         tree = self.to_datatree()
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
-            tree.to_netcdf(tmp, engine="h5netcdf")
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return atomic_write(path, lambda tmp: tree.to_netcdf(tmp, engine="h5netcdf"))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> HierarchicalPrior:
@@ -205,7 +172,7 @@ class HierarchicalPrior:
             raise FileNotFoundError(f"no prior file at {path}")
         with xr.open_datatree(path, engine="h5netcdf") as tree:
             root = tree.to_dataset().load()
-            root.attrs = _decode_attrs(dict(root.attrs))
+            root.attrs = decode_attrs(dict(root.attrs))
             idata = None
             if "idata" in tree.children:
                 import arviz as az
@@ -213,7 +180,7 @@ class HierarchicalPrior:
                 groups = {}
                 for name, node in tree["idata"].children.items():
                     ds = _group_dataset(node)
-                    ds.attrs = _decode_attrs(dict(ds.attrs))
+                    ds.attrs = decode_attrs(dict(ds.attrs))
                     groups[name] = ds
                 idata = az.InferenceData(**groups)
         return cls(root, idata)

@@ -13,13 +13,13 @@ q = 1, h = 15; RMBandit q = 50, h = 15, η₀ = η₁,₀ = 0.2 (a reconstructio
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import xarray as xr
 
+from .._io import write_dataset
 from ..envs import HierarchicalLinearEnv
 from ..policies import EbmTS, EbmUCB, Policy
 from .simulate import regret_table, simulate
@@ -131,14 +131,7 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"data": out / f"{name}.nc", "plot": out / f"{name}.png", "table": out / f"{name}.md"}
-    tmp = paths["data"].with_suffix(".nc.tmp")
-    clean = ds.copy()
-    clean.attrs = {
-        k: (v if isinstance(v, str | int | float) else json.dumps(v, default=str))
-        for k, v in ds.attrs.items()
-    }
-    clean.to_netcdf(tmp, engine="h5netcdf")
-    tmp.replace(paths["data"])
+    write_dataset(ds, paths["data"])
     fig = plot_regret_panels(ds, instance=instance)
     fig.suptitle(ds.attrs.get("setting_description", name))
     fig.savefig(paths["plot"], dpi=120, bbox_inches="tight")

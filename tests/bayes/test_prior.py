@@ -93,3 +93,12 @@ def test_validation(tmp_path):
         HierarchicalPrior(p.dataset.drop_vars("Sigma"))
     with pytest.raises(TypeError, match="dataset"):
         HierarchicalPrior({"Sigma": 1})
+
+
+def test_saved_file_has_the_usual_permissions(tmp_path):
+    import os
+
+    path = _prior().save(tmp_path / "p.nc")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
