@@ -660,20 +660,35 @@ def compare_closed_form(
 
     closed = closed_form_posterior(log, Sigma, s2, lam)  # also rejects an improper posterior
     model = conditional_model(log, Sigma, s2, lam, parameterization=parameterization)
-    _sampler_options(sample_kwargs, nuts_sampler, chains, bool(dense_mass))
     start = time.perf_counter()
-    with model:
-        idata = pm.sample(
+    if nuts_sampler == "numpyro" and not sample_kwargs:
+        # the package's numpyro driver (parallel chains, no pm.sample wrapper overhead)
+        from .sampling import sample
+
+        idata = sample(
+            model,
             draws=draws,
             tune=tune,
             chains=chains,
             target_accept=target_accept,
             random_seed=random_seed,
-            nuts_sampler=nuts_sampler,
             progressbar=progressbar,
-            compute_convergence_checks=False,
-            **sample_kwargs,
+            dense_mass=bool(dense_mass),
         )
+    else:
+        _sampler_options(sample_kwargs, nuts_sampler, chains, bool(dense_mass))
+        with model:
+            idata = pm.sample(
+                draws=draws,
+                tune=tune,
+                chains=chains,
+                target_accept=target_accept,
+                random_seed=random_seed,
+                nuts_sampler=nuts_sampler,
+                progressbar=progressbar,
+                compute_convergence_checks=False,
+                **sample_kwargs,
+            )
     wall = time.perf_counter() - start
     table = _comparison_table(idata, closed, tolerance)
     diag = diagnose(idata, rhat_max=rhat_max, ess_min=ess_min, warn=warn)

@@ -273,7 +273,8 @@ class EbmPolicy(Policy):
         c = int(self.arrivals[j])
         return c if c < self.n_arms else -1
 
-    def _scores(self, j: int, x: np.ndarray) -> np.ndarray:
+    def _moments(self, j: int, x: np.ndarray, mu: np.ndarray, tau: np.ndarray) -> None:
+        """μ̂ (5.1) and τ (5.2) of every arm for instance j into ``mu``, ``tau``."""
         K.score_arms(
             x,
             j,
@@ -284,9 +285,12 @@ class EbmPolicy(Policy):
             self._Phi,
             self.sigma2,
             self._literal_44,
-            self._mu,
-            self._tau,
+            mu,
+            tau,
         )
+
+    def _scores(self, j: int, x: np.ndarray) -> np.ndarray:
+        self._moments(j, x, self._mu, self._tau)
         alpha = self._alpha(j)
         if self.exploration == "ucb":
             return self._mu + alpha * self._tau
@@ -334,19 +338,7 @@ class EbmPolicy(Policy):
         x = check_vector(context, self.n_features, "context")
         mu = np.empty(self.n_arms)
         tau = np.empty(self.n_arms)
-        K.score_arms(
-            x,
-            j,
-            self._Ct,
-            self._A,
-            self.b,
-            self._beta0,
-            self._Phi,
-            self.sigma2,
-            self._literal_44,
-            mu,
-            tau,
-        )
+        self._moments(j, x, mu, tau)
         return mu, tau
 
     def posterior(self) -> xr.Dataset:
