@@ -26,6 +26,12 @@ Seeds = Annotated[int, typer.Option("--seeds", min=1, help="Number of random see
 Horizon = Annotated[int, typer.Option("--horizon", min=10, help="Rounds per run.")]
 Out = Annotated[Path, typer.Option("--out", help="Output folder.")]
 Seed = Annotated[int, typer.Option("--seed", min=0, help="Base seed.")]
+Draws = Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")]
+Tune = Annotated[int, typer.Option("--tune", min=0, help="MCMC tuning steps.")]
+Chains = Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")]
+Users = Annotated[
+    int, typer.Option("--users", min=2, help="Users (instances) of the MovieLens log.")
+]
 
 
 def _print_table(ds, instance: int = 0) -> None:
@@ -65,10 +71,8 @@ def quickstart(
     tune: Annotated[
         int, typer.Option("--tune", min=0, help="MCMC tuning steps of the full-Bayes fit.")
     ] = 1000,
-    chains: Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")] = 2,
-    users: Annotated[
-        int, typer.Option("--users", min=2, help="Users (instances) of the MovieLens log.")
-    ] = 30,
+    chains: Chains = 2,
+    users: Users = 30,
     compare_draws: Annotated[
         int,
         typer.Option("--compare-draws", min=10, help="Draws per chain of sampling vs closed form."),
@@ -214,9 +218,9 @@ def fit_prior_cmd(
         float | None,
         typer.Option("--lam", help="Shared-mean prior precision (default 0.001; 0 for ml)."),
     ] = None,
-    draws: Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")] = 1000,
-    tune: Annotated[int, typer.Option("--tune", min=0, help="MCMC tuning steps.")] = 1000,
-    chains: Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")] = 2,
+    draws: Draws = 1000,
+    tune: Tune = 1000,
+    chains: Chains = 2,
     seed: Seed = 0,
 ) -> None:
     """Fit a hierarchical prior (per-arm shared mean, Σ_k, σ²_k) to your own log and save it."""
@@ -258,12 +262,10 @@ def fit_prior_cmd(
 @app.command("build-models")
 def build_models_cmd(
     out: Annotated[Path, typer.Option("--out", help="Models folder.")] = Path("models"),
-    draws: Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")] = 1000,
-    tune: Annotated[int, typer.Option("--tune", min=0, help="MCMC tuning steps.")] = 1000,
-    chains: Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")] = 2,
-    users: Annotated[
-        int, typer.Option("--users", min=2, help="Users (instances) of the MovieLens log.")
-    ] = 30,
+    draws: Draws = 1000,
+    tune: Tune = 1000,
+    chains: Chains = 2,
+    users: Users = 30,
     seed: Seed = 0,
 ) -> None:
     """Rebuild the default priors: models/movielens-{eb,ml,mcmc}/ (prior.nc + card.json)."""

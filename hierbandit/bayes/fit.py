@@ -8,6 +8,7 @@ warm-starts from any of them.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -73,60 +74,51 @@ def _provenance(log: HistoricalLog, method: str, config: dict[str, Any]) -> dict
     }
 
 
-def _fit_eb(log: HistoricalLog, lam: float, options: EBOptions, seed: int) -> HierarchicalPrior:
+def _fit_per_arm(
+    log: HistoricalLog,
+    method: str,
+    config: dict[str, Any],
+    fit_arm: Callable[[Any, int], tuple[Any, Any, Any, float, dict[str, Any]]],
+) -> HierarchicalPrior:
+    """Run ``fit_arm(stats, k)`` → (shared mean, its covariance, Σ_k, σ²_k, per-arm extras) for
+    every arm and assemble the prior."""
     st = log.suffstats()
-    Kn = log.n_arms
-    rng = np.random.default_rng(seed)
-    out = {k: [] for k in ("m", "S0", "Sigma", "s2", "gamma", "n_eff")}
-    for k in range(Kn):
-        res = empirical_bayes(st.G[k], st.b[k], st.q[k], st.n[k], lam, options=options, rng=rng)
-        out["m"].append(res.posterior.shared_mean)
-        out["S0"].append(res.posterior.shared_cov)
-        out["Sigma"].append(res.Sigma)
-        out["s2"].append(res.sigma2)
-        out["gamma"].append(res.gamma)
-        out["n_eff"].append(res.n_eff)
-    config = {"lam": lam, "eb_options": options.to_dict(), "seed": seed}
+    fits = [fit_arm(st, k) for k in range(log.n_arms)]
+    m, S0, Sigma, s2, extras = zip(*fits, strict=True)
+    extra = {name: (("arm",), np.array([e[name] for e in extras])) for name in extras[0]}
     return prior_from_arrays(
-        out["m"],
-        out["S0"],
-        out["Sigma"],
-        out["s2"],
+        m,
+        S0,
+        Sigma,
+        s2,
         arms=log.arm_labels,
         features=log.features,
-        extra={
-            "gamma": (("arm",), np.array(out["gamma"])),
-            "n_eff": (("arm",), np.array(out["n_eff"])),
-        },
-        **_provenance(log, "eb", config),
+        extra=extra,
+        **_provenance(log, method, config),
     )
+
+
+def _fit_eb(log: HistoricalLog, lam: float, options: EBOptions, seed: int) -> HierarchicalPrior:
+    rng = np.random.default_rng(seed)  # one stream for the arms in turn
+
+    def fit_arm(st: Any, k: int) -> tuple[Any, Any, Any, float, dict[str, Any]]:
+        res = empirical_bayes(st.G[k], st.b[k], st.q[k], st.n[k], lam, options=options, rng=rng)
+        post = res.posterior
+        extra = {"gamma": res.gamma, "n_eff": res.n_eff}
+        return post.shared_mean, post.shared_cov, res.Sigma, res.sigma2, extra
+
+    config = {"lam": lam, "eb_options": options.to_dict(), "seed": seed}
+    return _fit_per_arm(log, "eb", config, fit_arm)
 
 
 def _fit_ml(log: HistoricalLog, lam: float, tol: float) -> HierarchicalPrior:
-    st = log.suffstats()
-    out = {k: [] for k in ("m", "S0", "Sigma", "s2", "ll", "conv")}
-    for k in range(log.n_arms):
+    def fit_arm(st: Any, k: int) -> tuple[Any, Any, Any, float, dict[str, Any]]:
         res = fit_type2_ml(st.G[k], st.b[k], st.q[k], st.n[k], lam=lam, tol=tol)
         post = posterior_given_hyper(st.G[k], st.b[k], res.Sigma, res.sigma2, lam)
-        out["m"].append(res.shared_mean)
-        out["S0"].append(post.shared_cov)
-        out["Sigma"].append(res.Sigma)
-        out["s2"].append(res.sigma2)
-        out["ll"].append(res.loglik)
-        out["conv"].append(int(res.converged))
-    return prior_from_arrays(
-        out["m"],
-        out["S0"],
-        out["Sigma"],
-        out["s2"],
-        arms=log.arm_labels,
-        features=log.features,
-        extra={
-            "loglik": (("arm",), np.array(out["ll"])),
-            "converged": (("arm",), np.array(out["conv"])),
-        },
-        **_provenance(log, "ml", {"lam": lam, "tol": tol}),
-    )
+        extra = {"loglik": res.loglik, "converged": int(res.converged)}
+        return res.shared_mean, post.shared_cov, res.Sigma, res.sigma2, extra
+
+    return _fit_per_arm(log, "ml", {"lam": lam, "tol": tol}, fit_arm)
 
 
 def _fit_mcmc(

@@ -204,7 +204,32 @@ def ols_solve(G: Any, b: Any, n: Any, ridge: float = 1e-6) -> tuple[np.ndarray, 
     return out, full
 
 
-class RidgeStats:
+class _UnitStats:
+    """Per-unit sufficient statistics G = Σxxᵀ, b = Σxy, q = Σy², n shared by the regressions
+    below, with the validated :meth:`add` (subclasses implement the unchecked ``_add``)."""
+
+    n_units: int
+    n_features: int
+
+    def _reset_suffstats(self) -> None:
+        U, d = self.n_units, self.n_features
+        self.G = np.zeros((U, d, d))
+        self.b = np.zeros((U, d))
+        self.q = np.zeros(U)
+        self.n = np.zeros(U, dtype=np.int64)
+
+    def add(self, unit: int, x: Any, y: float) -> None:
+        """Add one observation ``(x, y)`` to ``unit`` (validated before any change)."""
+        u = check_index(unit, self.n_units, "unit")
+        x = check_vector(x, self.n_features, "x")
+        y = check_scalar(y, "y")
+        self._add(u, x, y)
+
+    def _add(self, u: int, x: np.ndarray, y: float) -> None:
+        raise NotImplementedError
+
+
+class RidgeStats(_UnitStats):
     """Ridge regressions of many units with O(d²) Sherman–Morrison updates.
 
     Parameters
@@ -264,10 +289,7 @@ class RidgeStats:
     def reset(self) -> None:
         """Forget all data: G = 0, b = 0, A⁻¹ = I/reg, θ = 0."""
         U, d = self.n_units, self.n_features
-        self.G = np.zeros((U, d, d))
-        self.b = np.zeros((U, d))
-        self.q = np.zeros(U)
-        self.n = np.zeros(U, dtype=np.int64)
+        self._reset_suffstats()
         self.Ainv = np.broadcast_to(np.eye(d) / self.reg, (U, d, d)).copy()
         self.theta = np.zeros((U, d))
 
@@ -275,13 +297,6 @@ class RidgeStats:
     def A(self) -> np.ndarray:
         """The regularised designs reg·I + G, shape (n_units, d, d) (a new array)."""
         return self.G + self.reg * np.eye(self.n_features)
-
-    def add(self, unit: int, x: Any, y: float) -> None:
-        """Add one observation ``(x, y)`` to ``unit`` (validated; O(d²))."""
-        u = check_index(unit, self.n_units, "unit")
-        x = check_vector(x, self.n_features, "x")
-        y = check_scalar(y, "y")
-        self._add(u, x, y)
 
     def _add(self, u: int, x: np.ndarray, y: float) -> None:
         """Unchecked :meth:`add` for trusted callers (``x`` float64 of length d)."""
@@ -341,7 +356,7 @@ def residual_ss(G, b, q, coef, out):
         out[u] = s if s > 0.0 else 0.0
 
 
-class OLSStats:
+class OLSStats(_UnitStats):
     """Least-squares regressions of many units, refitted exactly after every observation.
 
     The estimate of unit u is :func:`ols_solve` of its statistics: G⁻¹b once G is numerically
@@ -376,19 +391,9 @@ class OLSStats:
     def reset(self) -> None:
         """Forget all data."""
         U, d = self.n_units, self.n_features
-        self.G = np.zeros((U, d, d))
-        self.b = np.zeros((U, d))
-        self.q = np.zeros(U)
-        self.n = np.zeros(U, dtype=np.int64)
+        self._reset_suffstats()
         self.coef = np.zeros((U, d))
         self.full_rank = np.zeros(U, dtype=np.bool_)
-
-    def add(self, unit: int, x: Any, y: float) -> None:
-        """Add one observation ``(x, y)`` to ``unit`` (validated) and refit it."""
-        u = check_index(unit, self.n_units, "unit")
-        x = check_vector(x, self.n_features, "x")
-        y = check_scalar(y, "y")
-        self._add(u, x, y)
 
     def _add(self, u: int, x: np.ndarray, y: float) -> None:
         """Unchecked :meth:`add` for trusted callers."""
