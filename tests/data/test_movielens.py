@@ -146,3 +146,25 @@ def test_doctests():
     result = doctest.testmod(mod)
     assert result.failed == 0
     assert result.attempted > 0
+
+
+def test_rating_matrix_shapes_and_ranking():
+    import numpy as np
+
+    from hierbandit.data import rating_matrix
+
+    R, users, movies = rating_matrix(40, 60)
+    assert R.shape == (40, 60) and users.size == 40 and movies.size == 60
+    vals = R[np.isfinite(R)]
+    assert vals.min() >= 0.5 and vals.max() <= 5.0
+    B, u2, m2 = rating_matrix(40, 60, binary=True)
+    np.testing.assert_array_equal(B, np.isfinite(R).astype(float))
+    np.testing.assert_array_equal(u2, users)
+    # the most rated movie is rated by at least as many kept users as the last kept one
+    full, _, _ = rating_matrix(binary=True)
+    counts = full.sum(axis=0)
+    assert counts[0] >= counts[59] and full.sum() == 100_004
+    with pytest.raises(ValueError, match="n_users"):
+        rating_matrix(10_000)
+    with pytest.raises(TypeError, match="binary"):
+        rating_matrix(5, 5, binary=1)
