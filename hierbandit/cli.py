@@ -6,7 +6,7 @@ closed form, simulate EbmTS warm-started from the prior against LinTS, and write
 ``hierbandit fit-prior`` fits a prior to a user's own CSV/Parquet log; ``hierbandit
 build-models`` rebuilds the default priors in ``models/``. ``hierbandit demo`` is a short ebm
 simulation on the paper's data-poor setting; ``hierbandit ebm figures`` reproduces the ebm
-paper's Figures 1 and 2.
+paper's Figures 1 and 2, ``hierbandit ebm real`` its Figure 4 on real data.
 """
 
 from __future__ import annotations
@@ -329,6 +329,52 @@ def ebm_figures(
             progress=True,
         )
         paths = write_results(ds, out, name)
+        _print_table(ds)
+        typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
+
+
+class Scale(enum.StrEnum):
+    small = "small"
+    paper = "paper"
+
+
+class RealDataset(enum.StrEnum):
+    linnerud = "linnerud"
+    movielens = "movielens"
+    digits = "digits"
+
+
+@ebm_app.command("real")
+def ebm_real(
+    dataset: Annotated[
+        list[RealDataset] | None,
+        typer.Option("--dataset", help="linnerud, movielens, digits (default: all)."),
+    ] = None,
+    scale: Annotated[
+        Scale, typer.Option("--scale", help="small: 10 seeds, 1/5 horizon; paper: 100 seeds.")
+    ] = Scale.small,
+    seeds: Annotated[
+        int | None, typer.Option("--seeds", min=1, help="Override the scale's seeds.")
+    ] = None,
+    horizon: Annotated[
+        int | None, typer.Option("--horizon", min=10, help="Override the scale's horizon.")
+    ] = None,
+    out: Out = Path("results/ebm-real"),
+    seed: Seed = 0,
+) -> None:
+    """Reproduce the ebm paper's Figure 4 on real data that ships with installed packages."""
+    from .experiments.ebm_real import REAL_EXPERIMENTS, run_real, write_real
+
+    for name in dataset or list(REAL_EXPERIMENTS):
+        ds = run_real(
+            str(name),
+            scale=str(scale),
+            n_seeds=seeds,
+            horizon=horizon,
+            seed=seed,
+            progress=True,
+        )
+        paths = write_real(ds, out)
         _print_table(ds)
         typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
 
