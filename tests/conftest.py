@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 import numpy as np
 import pytest
 
 
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+
+
 def snapshot(obj: Any) -> Any:
     """A deep, comparable copy of an object's state (arrays, scalars, RNG states)."""
     if isinstance(obj, np.random.Generator):
         return ("Generator", copy.deepcopy(obj.bit_generator.state))
+    if isinstance(obj, _LOCK_TYPES):
+        return ("lock",)  # synchronisation, not state
     if isinstance(obj, np.ndarray):
         return ("ndarray", obj.dtype.str, obj.shape, obj.tobytes())
     if isinstance(obj, dict):

@@ -171,18 +171,23 @@ class HierarchicalPrior:
         if not path.is_file():
             raise FileNotFoundError(f"no prior file at {path}")
         with xr.open_datatree(path, engine="h5netcdf") as tree:
-            root = tree.to_dataset().load()
-            root.attrs = decode_attrs(dict(root.attrs))
-            idata = None
-            if "idata" in tree.children:
-                import arviz as az
+            return cls.from_datatree(tree)
 
-                groups = {}
-                for name, node in tree["idata"].children.items():
-                    ds = _group_dataset(node)
-                    ds.attrs = decode_attrs(dict(ds.attrs))
-                    groups[name] = ds
-                idata = az.InferenceData(**groups)
+    @classmethod
+    def from_datatree(cls, tree: xr.DataTree) -> HierarchicalPrior:
+        """Inverse of :meth:`to_datatree` (the data are loaded into memory)."""
+        root = tree.to_dataset().load()
+        root.attrs = decode_attrs(dict(root.attrs))
+        idata = None
+        if "idata" in tree.children:
+            import arviz as az
+
+            groups = {}
+            for name, node in tree["idata"].children.items():
+                ds = _group_dataset(node)
+                ds.attrs = decode_attrs(dict(ds.attrs))
+                groups[name] = ds
+            idata = az.InferenceData(**groups)
         return cls(root, idata)
 
 

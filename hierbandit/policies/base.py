@@ -4,13 +4,27 @@
 arguments and then call the unchecked ``_select``/``_update`` that subclasses implement (the
 simulation loop calls those directly, since environment data are trusted). ``posterior()`` and
 ``hyperparameters()`` return :class:`xarray.Dataset` objects with named dimensions.
+
+Thread safety: ``select``, ``update``, ``posterior``, ``hyperparameters`` and ``save`` hold the
+policy's re-entrant lock, so one policy can be shared by threads serving requests concurrently;
+the calls are serialised, and the final statistics equal those of some sequential order of the
+updates. The unchecked ``_select``/``_update`` take no lock (they are for single-threaded
+simulation loops).
+
+Checkpoints: ``save(path)`` writes the policy's full state (statistics, hyperparameters, counters
+and random-generator states) to netCDF atomically; ``Policy.load(path)`` restores a policy that
+continues exactly as the original would have (:mod:`hierbandit.checkpoint`).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
+import threading
 from abc import ABC, abstractmethod
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import xarray as xr
@@ -74,6 +88,16 @@ def hyperparameter_dataset(
     return xr.Dataset(data, coords=_coords(K, None, d), attrs=attrs)
 
 
+def _holding_lock(method: Any) -> Any:
+    @functools.wraps(method)
+    def wrapper(self: Policy, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    wrapper._holds_lock = True  # type: ignore[attr-defined]
+    return wrapper
+
+
 class Policy(ABC):
     """Base class of the online policies.
 
@@ -92,6 +116,16 @@ class Policy(ABC):
 
     #: number of independent child random streams a subclass needs (tie-breaks use the first)
     _n_streams = 1
+    #: attributes recreated (not stored) by checkpoints
+    _checkpoint_transient: ClassVar[dict[str, Any]] = {"_lock": threading.RLock}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # the read-outs of a subclass hold the policy lock too (see the module docstring)
+        for name in ("posterior", "hyperparameters"):
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "_holds_lock", False):
+                setattr(cls, name, _holding_lock(method))
 
     def __init__(
         self,
@@ -112,13 +146,15 @@ class Policy(ABC):
         self._streams = streams
         #: number of updates seen so far; the round being decided is ``t + 1``
         self.t = 0
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ public API
     def select(self, instance: int, context: Any) -> int:
         """Choose an arm for ``instance`` given ``context`` (shape ``(n_features,)``)."""
         j = check_index(instance, self.n_instances, "instance")
         x = check_vector(context, self.n_features, "context")
-        return self._select(j, x)
+        with self._lock:
+            return self._select(j, x)
 
     def update(self, instance: int, context: Any, arm: int, reward: float) -> None:
         """Record that ``arm`` was pulled for ``instance`` with ``context`` and paid ``reward``."""
@@ -126,7 +162,8 @@ class Policy(ABC):
         x = check_vector(context, self.n_features, "context")
         k = check_index(arm, self.n_arms, "arm")
         y = check_scalar(reward, "reward")
-        self._update(j, x, k, y)
+        with self._lock:
+            self._update(j, x, k, y)
 
     @abstractmethod
     def posterior(self) -> xr.Dataset:
@@ -135,6 +172,34 @@ class Policy(ABC):
     @abstractmethod
     def hyperparameters(self) -> xr.Dataset:
         """Current hyperparameters: ``Sigma`` (arm, feature, feature_) and ``sigma2`` (arm)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # copies and process pools get a fresh lock (a lock cannot be copied or pickled)
+        state = self.__dict__.copy()
+        for name in self._checkpoint_transient:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for name, factory in self._checkpoint_transient.items():
+            setattr(self, name, factory())
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write a checkpoint of the full state to ``path`` (``.nc``), atomically."""
+        from ..checkpoint import save_checkpoint
+
+        return save_checkpoint(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Policy:
+        """Restore a policy saved with :meth:`save`; it must be an instance of ``cls``."""
+        from ..checkpoint import load_checkpoint
+
+        obj = load_checkpoint(path)
+        if not isinstance(obj, cls):
+            raise TypeError(f"{path} holds a {type(obj).__name__}, not a {cls.__name__}")
+        return obj
 
     def get_params(self) -> dict[str, Any]:
         """Constructor arguments of this policy (scikit-learn style)."""

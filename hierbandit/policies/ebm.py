@@ -181,8 +181,8 @@ class EbmPolicy(Policy):
         self.pulls = np.zeros(Kn, dtype=np.int64)
         self.arrivals = np.zeros(N, dtype=np.int64)
         self._rank_one_count = np.zeros(Kn, dtype=np.int64)
-        self._mu = np.empty(Kn)
-        self._tau = np.empty(Kn)
+        self._mu = np.zeros(Kn)  # scratch buffers of _select
+        self._tau = np.zeros(Kn)
         for k in range(Kn):
             self._recompute_arm(k)
 
