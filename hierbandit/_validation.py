@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "MAX_ABS",
     "as_generator",
     "check_choice",
     "check_covariance",
@@ -21,6 +22,19 @@ __all__ = [
     "check_scalar",
     "check_vector",
 ]
+
+
+#: Largest magnitude accepted in data arrays (contexts, features, rewards). Squares and sums of
+#: squares of such values stay far from overflow, so statistics built from accepted data are
+#: always finite; larger values are rejected as almost certainly corrupt.
+MAX_ABS = 1e100
+
+
+def _check_finite(arr: np.ndarray, name: str, max_abs: float | None) -> None:
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    if max_abs is not None and arr.size and np.max(np.abs(arr)) > max_abs:
+        raise ValueError(f"{name} must have magnitude <= {max_abs:g}, got {np.max(np.abs(arr)):g}")
 
 
 def check_index(value: Any, upper: int, name: str) -> int:
@@ -54,26 +68,34 @@ def _as_float_array(value: Any, name: str) -> np.ndarray:
     return arr.astype(np.float64, copy=True)
 
 
-def check_vector(value: Any, length: int, name: str) -> np.ndarray:
-    """Return a finite float64 copy of ``value`` with shape ``(length,)``."""
+def check_vector(
+    value: Any, length: int, name: str, *, max_abs: float | None = MAX_ABS
+) -> np.ndarray:
+    """Return a finite float64 copy of ``value`` with shape ``(length,)``, entries bounded by
+    ``max_abs`` in magnitude (``None``: no bound)."""
     arr = _as_float_array(value, name)
     if arr.shape != (length,):
         raise ValueError(f"{name} must have shape ({length},), got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    _check_finite(arr, name, max_abs)
     return arr
 
 
-def check_matrix(value: Any, shape: tuple[int | None, int | None], name: str) -> np.ndarray:
-    """Return a finite float64 copy of a 2-D array; ``None`` in ``shape`` means any length."""
+def check_matrix(
+    value: Any,
+    shape: tuple[int | None, int | None],
+    name: str,
+    *,
+    max_abs: float | None = MAX_ABS,
+) -> np.ndarray:
+    """Return a finite float64 copy of a 2-D array; ``None`` in ``shape`` means any length;
+    entries bounded by ``max_abs`` in magnitude (``None``: no bound)."""
     arr = _as_float_array(value, name)
     if arr.ndim != 2 or any(
         s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)
     ):
         want = tuple("any" if s is None else s for s in shape)
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    _check_finite(arr, name, max_abs)
     return arr
 
 
@@ -84,8 +106,10 @@ def check_scalar(
     low: float | None = None,
     high: float | None = None,
     low_inclusive: bool = True,
+    max_abs: float | None = None,
 ) -> float:
-    """Return ``value`` as a finite float, optionally bounded below/above."""
+    """Return ``value`` as a finite float, optionally bounded below/above and in magnitude
+    (pass ``max_abs=MAX_ABS`` for data such as rewards)."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
             value = value.item()
@@ -99,6 +123,8 @@ def check_scalar(
         raise ValueError(f"{name} must be {op} {low}, got {value}")
     if high is not None and value > high:
         raise ValueError(f"{name} must be <= {high}, got {value}")
+    if max_abs is not None and abs(value) > max_abs:
+        raise ValueError(f"{name} must have magnitude <= {max_abs:g}, got {value:g}")
     return value
 
 

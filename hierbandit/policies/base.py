@@ -30,6 +30,7 @@ import numpy as np
 import xarray as xr
 
 from .._validation import (
+    MAX_ABS,
     as_generator,
     check_choice,
     check_index,
@@ -88,6 +89,11 @@ def hyperparameter_dataset(
     return xr.Dataset(data, coords=_coords(K, None, d), attrs=attrs)
 
 
+#: Largest number of entries of the per-(instance, arm) d×d statistics a policy may allocate
+#: (10⁸ float64 values are 800 MB per array).
+MAX_STATE_ENTRIES = 10**8
+
+
 def _holding_lock(method: Any) -> Any:
     @functools.wraps(method)
     def wrapper(self: Policy, *args: Any, **kwargs: Any) -> Any:
@@ -140,6 +146,12 @@ class Policy(ABC):
         self.n_arms = check_positive_int(n_arms, "n_arms")
         self.n_features = check_positive_int(n_features, "n_features")
         self.tie_break = check_choice(tie_break, ("random", "first"), "tie_break")
+        cells = self.n_instances * self.n_arms * self.n_features**2
+        if cells > MAX_STATE_ENTRIES:
+            raise ValueError(
+                f"n_instances × n_arms × n_features² = {cells:.3g} exceeds {MAX_STATE_ENTRIES:.0e}: "
+                "the per-(instance, arm) d×d statistics would not fit in memory"
+            )
         self.rng = rng
         streams = as_generator(rng).spawn(self._n_streams)
         self._tie_rng = streams[0]
@@ -161,7 +173,7 @@ class Policy(ABC):
         j = check_index(instance, self.n_instances, "instance")
         x = check_vector(context, self.n_features, "context")
         k = check_index(arm, self.n_arms, "arm")
-        y = check_scalar(reward, "reward")
+        y = check_scalar(reward, "reward", max_abs=MAX_ABS)
         with self._lock:
             self._update(j, x, k, y)
 

@@ -88,10 +88,13 @@ def ridge_add(G, b, q, n, Ainv, theta, reg, u, x, y, recompute_every):
             t += Ainv[u, i, k] * x[k]
         Ax[i] = t
         s += x[i] * t
+    # update the upper triangle and mirror it, so A⁻¹ stays exactly symmetric
     for i in range(d):
         ci = Ax[i] / s
-        for k in range(d):
-            Ainv[u, i, k] -= ci * Ax[k]
+        for k in range(i, d):
+            v = Ainv[u, i, k] - ci * Ax[k]
+            Ainv[u, i, k] = v
+            Ainv[u, k, i] = v
     for i in range(d):
         t = 0.0
         for k in range(d):
