@@ -16,6 +16,15 @@ from ._devices import configure_host_devices
 configure_host_devices()
 
 _EXPORTS = {
+    "CascadeLog": "cascade",
+    "CascadePrior": "cascade",
+    "LaplaceNUTSComparison": "cascade",
+    "cascade_click_model": "cascade",
+    "cascade_laplace": "cascade",
+    "compare_laplace_nuts": "cascade",
+    "fit_cascade_prior": "cascade",
+    "load_cascade_prior": "cascade",
+    "read_cascade_log": "cascade",
     "ClosedFormComparison": "conditional",
     "closed_form_posterior": "conditional",
     "compare_closed_form": "conditional",

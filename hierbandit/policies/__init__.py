@@ -1,11 +1,29 @@
 """Online decision rules over the statistics core."""
 
 from .base import Policy, hyperparameter_dataset, posterior_dataset
+from .cascade import (
+    AUCBBP,
+    UCBBP,
+    CascadeEpsilonGreedy,
+    CascadeGreedy,
+    CascadeLinTS,
+    CascadeLinUCB,
+    CascadePolicy,
+    CascadeRandom,
+)
 from .ebm import EbmPolicy, EbmTS, EbmUCB
 from .linear import LinTS, LinUCB, OLSBandit, forced_sampling_arm, forced_sampling_schedule
 from .rmbandit import RMBandit, rm_estimate
 
 __all__ = [
+    "AUCBBP",
+    "UCBBP",
+    "CascadeEpsilonGreedy",
+    "CascadeGreedy",
+    "CascadeLinTS",
+    "CascadeLinUCB",
+    "CascadePolicy",
+    "CascadeRandom",
     "EbmPolicy",
     "EbmTS",
     "EbmUCB",

@@ -19,6 +19,15 @@ from .hierarchical import (
     posterior_cross_covariances,
     posterior_given_hyper,
 )
+from .logistic import (
+    LaplaceApproximation,
+    OnlineLogistic,
+    laplace_approximation,
+    literal_update,
+    newton_update,
+    penalized_map,
+    predictive_click_probability,
+)
 from .marginal import MLResult, collapsed_loglik, fit_type2_ml, marginal_loglik
 from .ridge import OLSStats, RidgeStats, ols_solve
 from .suffstats import SuffStats, suffstats
@@ -28,8 +37,10 @@ __all__ = [
     "EBResult",
     "HierarchicalPosterior",
     "IncrementalHierarchicalPosterior",
+    "LaplaceApproximation",
     "MLResult",
     "OLSStats",
+    "OnlineLogistic",
     "RidgeStats",
     "SuffStats",
     "bickel_levina_threshold",
@@ -39,11 +50,16 @@ __all__ = [
     "estimate_sigma2",
     "fit_type2_ml",
     "hierarchical_posterior",
+    "laplace_approximation",
+    "literal_update",
     "marginal_loglik",
+    "newton_update",
     "ols_estimates",
     "ols_solve",
+    "penalized_map",
     "posterior_cross_covariances",
     "posterior_given_hyper",
+    "predictive_click_probability",
     "psd_project",
     "scatter_covariance",
     "suffstats",
