@@ -233,3 +233,41 @@ def test_pickle_round_trip_for_process_pools():
     assert snapshot(copy) == snapshot(policy)
     assert _play(copy, J, X, Y, 0, 50) == _play(policy, J, X, Y, 0, 50)
     assert os.environ is not None
+
+
+CASCADE = [
+    "UCBBP",
+    "AUCBBP",
+    "CascadeEpsilonGreedy",
+    "CascadeGreedy",
+    "CascadeLinTS",
+    "CascadeLinUCB",
+    "CascadeRandom",
+]
+
+
+@pytest.mark.parametrize("name", CASCADE)
+def test_cascade_policies_restore_exactly(name, tmp_path):
+    from hierbandit.envs.cascade import CascadeEnv, simulate_episode
+    from hierbandit.policies import cascade
+
+    env = CascadeEnv.preset(n_users=6, rng=0)
+    ro = env.rollout(60, rng=1)
+    cls = getattr(cascade, name)
+    extra = {"n_episodes": 60} if name == "AUCBBP" else {}
+    policy = cls(env.n_arms, env.n_features, env.rewards, env.horizon, rng=3, **extra)
+
+    def play(pol, t0, t1):
+        out = []
+        for t in range(t0, t1):
+            pol.start_episode(ro.contexts[t])
+            arms, clicks = simulate_episode(ro.click_prob[t], ro.uniforms[t], pol.select)
+            pol.update(ro.contexts[t], arms, clicks)
+            out.append(arms)
+        return np.array(out)
+
+    play(policy, 0, 30)
+    restored = load_checkpoint(save_checkpoint(policy, tmp_path / "c.nc"))
+    assert snapshot(restored) == snapshot(policy)
+    np.testing.assert_array_equal(play(policy, 30, 60), play(restored, 30, 60))
+    assert snapshot(restored) == snapshot(policy)
