@@ -18,12 +18,14 @@ from typing import Annotated, Any
 
 import typer
 
+from .experiments.boc_cli import app as boc_app
 from .experiments.cascade_cli import app as cascade_app
 from .experiments.offline_cli import app as offline_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 ebm_app = typer.Typer(no_args_is_help=True, help="Experiments of the ebm paper (ebmTS/ebmUCB).")
 app.add_typer(ebm_app, name="ebm")
+app.add_typer(boc_app, name="boc")
 app.add_typer(cascade_app, name="cascade")
 app.add_typer(offline_app, name="offline")
 

@@ -16,6 +16,11 @@ from ._devices import configure_host_devices
 configure_host_devices()
 
 _EXPORTS = {
+    "GMMDiagnostic": "gmm",
+    "diagnose_boc": "gmm",
+    "diagnose_partition": "gmm",
+    "exact_coclustering": "gmm",
+    "gmm_model": "gmm",
     "CascadeLog": "cascade",
     "CascadePrior": "cascade",
     "LaplaceNUTSComparison": "cascade",
