@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .experiments._cli_common import Out, Scale, Seed, Seeds, fail
 from .experiments.boc_cli import app as boc_app
 from .experiments.cascade_cli import app as cascade_app
 from .experiments.offline_cli import app as offline_app
@@ -29,10 +30,7 @@ app.add_typer(boc_app, name="boc")
 app.add_typer(cascade_app, name="cascade")
 app.add_typer(offline_app, name="offline")
 
-Seeds = Annotated[int, typer.Option("--seeds", min=1, help="Number of random seeds.")]
 Horizon = Annotated[int, typer.Option("--horizon", min=10, help="Rounds per run.")]
-Out = Annotated[Path, typer.Option("--out", help="Output folder.")]
-Seed = Annotated[int, typer.Option("--seed", min=0, help="Base seed.")]
 Draws = Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")]
 Tune = Annotated[int, typer.Option("--tune", min=0, help="MCMC tuning steps.")]
 Chains = Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")]
@@ -59,12 +57,6 @@ def _print_table(ds, instance: int = 0) -> None:
             str(pol), f"{o['mean']:.1f} ± {o['se']:.1f}", f"{i['mean']:.1f} ± {i['se']:.1f}"
         )
     Console().print(table)
-
-
-def _fail(message: str) -> typer.Exit:
-    """Print a clean error message (no traceback) and return the exit to raise (code 2)."""
-    typer.echo(f"Error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 @app.command()
@@ -107,7 +99,7 @@ def quickstart(
             compare_tune=compare_tune,
         )
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     _print_quickstart_summary(result)
 
 
@@ -232,9 +224,9 @@ def fit_prior_cmd(
 ) -> None:
     """Fit a hierarchical prior (per-arm shared mean, Σ_k, σ²_k) to your own log and save it."""
     if out.suffix != ".nc":
-        raise _fail(f"--out must be a netCDF path ending in .nc, got {str(out)!r}")
+        raise fail(f"--out must be a netCDF path ending in .nc, got {str(out)!r}")
     if out.exists() and out.is_dir():
-        raise _fail(f"--out {str(out)!r} is a directory; give a file path ending in .nc")
+        raise fail(f"--out {str(out)!r} is a directory; give a file path ending in .nc")
     from .bayes import diagnose, fit_prior
 
     kwargs: dict[str, Any] = {
@@ -257,12 +249,12 @@ def fit_prior_cmd(
         else:
             prior = fit_prior(data, **kwargs)
     except (ValueError, TypeError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     diag = diagnose(prior, warn=False) if method is Method.mcmc else None
     try:
         path = prior.save(out)
     except OSError as exc:
-        raise _fail(f"could not write {str(out)!r}: {exc}") from None
+        raise fail(f"could not write {str(out)!r}: {exc}") from None
     _print_prior_summary(prior, path, diag)
 
 
@@ -289,7 +281,7 @@ def build_models_cmd(
             progress=True,
         )
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 @app.command()
@@ -338,11 +330,6 @@ def ebm_figures(
         paths = write_results(ds, out, name)
         _print_table(ds)
         typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
-
-
-class Scale(enum.StrEnum):
-    small = "small"
-    paper = "paper"
 
 
 class RealDataset(enum.StrEnum):

@@ -15,17 +15,12 @@ from typing import Annotated
 
 import typer
 
+from ._cli_common import Scale, fail
+
 app = typer.Typer(
     no_args_is_help=True,
     help="Clustering with bandit feedback: BOC, its lower bound and the baselines.",
 )
-
-
-class Scale(enum.StrEnum):
-    """Experiment sizes."""
-
-    small = "small"
-    paper = "paper"
 
 
 class Part(enum.StrEnum):
@@ -34,11 +29,6 @@ class Part(enum.StrEnum):
     synthetic = "synthetic"
     real = "real"
     table2 = "table2"
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"Error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 @app.command()
@@ -77,7 +67,7 @@ def reproduce(
             progress=True,
         )
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     acc = res["acceptance"]
     if acc is not None:
         for name, entry in acc["slopes"].items():
@@ -117,7 +107,7 @@ def hardness(
     }
     for name in instance or list(makers):
         if name not in makers:
-            raise _fail(f"unknown instance {name!r}; choose from {list(makers)}")
+            raise fail(f"unknown instance {name!r}; choose from {list(makers)}")
         inst = makers[name]()
         lb = inst.lower_bound()
         lam_k = np.array([lb.lam[inst.labels == k][0] for k in range(inst.n_clusters)])
@@ -153,11 +143,11 @@ def diagnose(
     elif instance in ("easy", "moderate", "challenging"):
         inst = synthetic_instance(instance)
     else:
-        raise _fail(f"unknown instance {instance!r}")
+        raise fail(f"unknown instance {instance!r}")
     try:
         alg = BOC(inst.n_arms, inst.n_clusters, inst.n_features, delta=delta, threshold=threshold)
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     res = alg.run(inst, rng=seed)
     typer.echo(f"BOC: τ = {res.n_pulls}, stopped = {res.stopped}, correct = {res.correct}")
     from ..bayes.gmm import diagnose_boc

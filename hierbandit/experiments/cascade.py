@@ -27,7 +27,6 @@ the paper, with AUCBBP's literal ranking) and the unbiased performance-differenc
 from __future__ import annotations
 
 import json
-import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -56,6 +55,7 @@ from ..policies.cascade import (
     CascadePolicy,
     CascadeRandom,
 )
+from ._config import config_json, resolve_factories
 
 __all__ = [
     "REPRODUCTION_POLICIES",
@@ -95,56 +95,15 @@ _OPTIONAL_POLICIES = ("UCBBP-MAP", "AUCBBP-MAP", "AUCBBP-active")
 
 
 # ---------------------------------------------------------------------- helpers
-def _jsonable(obj: Any) -> Any:
-    if obj is None or isinstance(obj, bool | str):
-        return obj
-    if isinstance(obj, numbers.Integral):
-        return int(obj)
-    if isinstance(obj, numbers.Real):
-        v = float(obj)
-        return v if math.isfinite(v) else repr(v)
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.random.Generator | np.random.SeedSequence):
-        return "<per-seed stream>"
-    return repr(obj)
-
-
 def _config_json(obj: Any) -> str:
-    params = dict(obj.get_params()) if hasattr(obj, "get_params") else {}
-    if "rng" in params:
-        params["rng"] = "<per-seed stream>"
-    if params.get("prior") is not None:
-        params["prior"] = repr(params["prior"])
-    return json.dumps({"class": type(obj).__qualname__, "params": _jsonable(params)})
+    config = json.loads(config_json(obj, per_seed_rng=True))
+    if config["params"].get("prior") not in (None, "None"):
+        config["params"]["prior"] = repr(obj.get_params()["prior"])
+    return json.dumps(config)
 
 
 def _resolve_policies(policies: Any) -> list[tuple[str, PolicyFactory]]:
-    if not isinstance(policies, Mapping):
-        raise TypeError(
-            "policies must be a mapping name -> CascadePolicy (or callable(rng) returning one), "
-            f"got {type(policies).__name__}"
-        )
-    if len(policies) == 0:
-        raise ValueError("policies must contain at least one policy")
-    out: list[tuple[str, PolicyFactory]] = []
-    for name, value in policies.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"policies keys must be non-empty strings, got {name!r}")
-        if isinstance(value, CascadePolicy):
-            out.append((name, lambda rng, proto=value: proto.clone(rng=rng)))
-        elif callable(value):
-            out.append((name, value))
-        else:
-            raise TypeError(
-                f"policies[{name!r}] must be a CascadePolicy or a callable(rng), "
-                f"got {type(value).__name__}"
-            )
-    return out
+    return resolve_factories(policies, CascadePolicy)
 
 
 def _make(factory: PolicyFactory, name: str, rng: np.random.Generator, env: CascadeEnv) -> Any:

@@ -15,20 +15,12 @@ from typing import Annotated
 
 import typer
 
+from ._cli_common import Out, Scale, Seed, fail
+
 app = typer.Typer(
     no_args_is_help=True,
     help="Multi-user cascading bandits: UCBBP, AUCBBP and the logistic click model.",
 )
-
-Out = Annotated[Path, typer.Option("--out", help="Output folder.")]
-Seed = Annotated[int, typer.Option("--seed", min=0, help="Base seed.")]
-
-
-class Scale(enum.StrEnum):
-    """Experiment scales."""
-
-    small = "small"
-    paper = "paper"
 
 
 class Method(enum.StrEnum):
@@ -36,11 +28,6 @@ class Method(enum.StrEnum):
 
     laplace = "laplace"
     mcmc = "mcmc"
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"Error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 def _print_frame(df, title: str) -> None:  # type: ignore[no-untyped-def]
@@ -103,7 +90,7 @@ def figures(
             progress=progress,
         )
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     paths = write_reproduction(ds, out)
     acc = acceptance(ds)
     _print_frame(acc, "acceptance criteria (spec §6.5)")
@@ -143,7 +130,7 @@ def compare(
             log, lam=lam, draws=draws, tune=tune, chains=chains, random_seed=seed
         )
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     paths = cmp.write(out)
     _print_frame(cmp.checks, "Laplace vs NUTS (spec §8.4)")
     typer.echo(f"wrote {paths['report']} and {paths['plot']}")
@@ -166,7 +153,7 @@ def simulate_log(
     try:
         env = CascadeEnv.preset(preset, n_users=users, rng=seed)
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     df = env.simulate_log(episodes, rng=seed + 1)
     atomic_write(out, lambda p: df.to_csv(p, index=False))
     typer.echo(f"wrote {len(df)} rows to {out} (true theta = {env.theta.round(4).tolist()})")
@@ -192,7 +179,7 @@ def fit_prior(
 ) -> None:
     """Fit a Gaussian prior on θ to a cascade log and save it (warm-starts UCBBP/AUCBBP)."""
     if out.suffix != ".nc":
-        raise _fail(f"--out must end in .nc, got {str(out)!r}")
+        raise fail(f"--out must end in .nc, got {str(out)!r}")
     from ..bayes.cascade import fit_cascade_prior
 
     try:
@@ -208,7 +195,7 @@ def fit_prior(
             features=list(feature) if feature else None,
         )
     except (ValueError, TypeError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     path = prior.save(out)
     import pandas as pd
 

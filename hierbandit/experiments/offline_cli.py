@@ -12,15 +12,12 @@ from typing import Annotated
 
 import typer
 
+from ._cli_common import Scale
+
 app = typer.Typer(
     no_args_is_help=True,
     help="Experiments of the offline clustering paper (Off-C2LUB, Off-CLUB and baselines).",
 )
-
-
-class Scale(enum.StrEnum):
-    small = "small"
-    paper = "paper"
 
 
 class Dataset(enum.StrEnum):

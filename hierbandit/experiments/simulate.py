@@ -22,9 +22,7 @@ bit for bit.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
-import math
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,6 +33,7 @@ import xarray as xr
 
 from .._validation import check_choice, check_index, check_positive_int
 from ..policies.base import Policy
+from ._config import config_json, resolve_factories
 
 __all__ = ["cumulative_regret", "regret_table", "simulate"]
 
@@ -48,65 +47,8 @@ def _check_bool(value: Any, name: str) -> bool:
     return bool(value)
 
 
-def _jsonable(obj: Any, _depth: int = 0) -> Any:
-    """A JSON-serialisable rendering of a configuration value (arrays become lists)."""
-    if _depth > 8:
-        return repr(obj)
-    if obj is None or isinstance(obj, bool | str):
-        return obj
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, numbers.Integral):
-        return int(obj)
-    if isinstance(obj, numbers.Real):
-        v = float(obj)
-        return v if math.isfinite(v) else repr(v)
-    if isinstance(obj, np.ndarray):
-        if obj.size > 1000:
-            return f"<array shape={obj.shape} dtype={obj.dtype}>"
-        return _jsonable(obj.tolist(), _depth + 1)
-    if isinstance(obj, np.random.Generator | np.random.SeedSequence):
-        return "<per-seed stream>"
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v, _depth + 1) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v, _depth + 1) for v in obj]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {
-            f.name: _jsonable(getattr(obj, f.name), _depth + 1) for f in dataclasses.fields(obj)
-        }
-    return repr(obj)
-
-
-def _config_json(obj: Any, *, per_seed_rng: bool = False) -> str:
-    params = dict(obj.get_params()) if hasattr(obj, "get_params") else {}
-    if per_seed_rng and "rng" in params:
-        params["rng"] = "<per-seed stream>"
-    return json.dumps({"class": type(obj).__qualname__, "params": _jsonable(params)})
-
-
 def _resolve_policies(policies: Any) -> list[tuple[str, PolicyFactory]]:
-    if not isinstance(policies, Mapping):
-        raise TypeError(
-            "policies must be a mapping name -> Policy (or name -> callable(rng) returning a "
-            f"Policy), got {type(policies).__name__}"
-        )
-    if len(policies) == 0:
-        raise ValueError("policies must contain at least one policy")
-    out: list[tuple[str, PolicyFactory]] = []
-    for name, value in policies.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"policies keys must be non-empty strings, got {name!r}")
-        if isinstance(value, Policy):
-            out.append((name, lambda rng, proto=value: proto.clone(rng=rng)))
-        elif callable(value):
-            out.append((name, value))
-        else:
-            raise TypeError(
-                f"policies[{name!r}] must be a Policy or a callable(rng) returning a Policy, "
-                f"got {type(value).__name__}"
-            )
-    return out
+    return resolve_factories(policies, Policy)
 
 
 def _make_policy(factory: PolicyFactory, name: str, rng: np.random.Generator, env: Any) -> Policy:
@@ -314,7 +256,7 @@ def simulate(
             ):
                 policy = _make_policy(factory, name, np.random.default_rng(ps), env)
                 if s == 0:
-                    policy_config[name] = _config_json(policy)
+                    policy_config[name] = config_json(policy)
                 rows = list(context.copy())
                 if oracle_regret:
                     arms, o = _run_policy_oracle(
@@ -359,7 +301,7 @@ def simulate(
             "feature": np.arange(d),
         },
         attrs={
-            "env": _config_json(env, per_seed_rng=redraw_env),
+            "env": config_json(env, per_seed_rng=redraw_env),
             "policies": json.dumps({k: json.loads(v) for k, v in policy_config.items()}),
             "horizon": T,
             "n_seeds": S,

@@ -36,7 +36,6 @@ The thresholds are ``"beta"`` (eq. 8, δ-PAC) and ``"beta_tilde"`` (the heuristi
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from .._params import ParamsMixin
 from .._validation import (
     as_generator,
     check_choice,
@@ -162,7 +162,7 @@ def _canonical(labels: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.
     return rank[labels], centres[order]
 
 
-class ClusteringExplorer:
+class ClusteringExplorer(ParamsMixin):
     """Shared state, estimator, stopping and recommendation rules of BOC, Uniform and Oracle.
 
     Parameters
@@ -259,22 +259,6 @@ class ClusteringExplorer:
         self.n_fallback = 0
         self.n_solver_retry = 0
         self.kmeans_capped = 0
-
-    def get_params(self) -> dict[str, Any]:
-        """Constructor arguments (scikit-learn style)."""
-        sig = inspect.signature(type(self).__init__)
-        return {
-            name: getattr(self, name)
-            for name, p in sig.parameters.items()
-            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-        }
-
-    def clone(self, rng: Any = "same") -> ClusteringExplorer:
-        """A fresh algorithm with the same configuration (``rng="same"`` reuses the seed)."""
-        params = self.get_params()
-        if not (isinstance(rng, str) and rng == "same"):
-            params["rng"] = rng
-        return type(self)(**params)
 
     def with_confidence(
         self, *, delta: float | None = None, log_inv_delta: float | None = None

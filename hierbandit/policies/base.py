@@ -19,7 +19,6 @@ continues exactly as the original would have (:mod:`hierbandit.checkpoint`).
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -29,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import xarray as xr
 
+from .._params import ParamsMixin
 from .._validation import (
     MAX_ABS,
     as_generator,
@@ -104,7 +104,7 @@ def _holding_lock(method: Any) -> Any:
     return wrapper
 
 
-class Policy(ABC):
+class Policy(ParamsMixin, ABC):
     """Base class of the online policies.
 
     Parameters
@@ -212,26 +212,6 @@ class Policy(ABC):
         if not isinstance(obj, cls):
             raise TypeError(f"{path} holds a {type(obj).__name__}, not a {cls.__name__}")
         return obj
-
-    def get_params(self) -> dict[str, Any]:
-        """Constructor arguments of this policy (scikit-learn style)."""
-        sig = inspect.signature(type(self).__init__)
-        return {
-            name: getattr(self, name)
-            for name, p in sig.parameters.items()
-            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-        }
-
-    def clone(self, rng: Any = "same") -> Policy:
-        """A fresh, untrained policy with the same configuration.
-
-        ``rng="same"`` (default) reuses the original ``rng`` argument, so a policy built from an
-        int seed clones into an identical one; pass a seed or Generator for new randomness.
-        """
-        params = self.get_params()
-        if not (isinstance(rng, str) and rng == "same"):
-            params["rng"] = rng
-        return type(self)(**params)
 
     def __repr__(self) -> str:
         return (

@@ -38,7 +38,6 @@ default (``beta="theory"`` gives Theorem 5.2's radius), round-robin warm-up is
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -48,6 +47,7 @@ import scipy.stats
 import xarray as xr
 from scipy.special import expit
 
+from .._params import ParamsMixin
 from .._validation import (
     _as_float_array,
     as_generator,
@@ -237,7 +237,7 @@ def _param_labels(d: int, K: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------- base class
-class CascadePolicy(ABC):
+class CascadePolicy(ParamsMixin, ABC):
     """Base class of the episode-level cascading policies.
 
     Parameters
@@ -337,23 +337,6 @@ class CascadePolicy(ABC):
     @abstractmethod
     def posterior(self) -> xr.Dataset:
         """The current belief about θ: ``mean`` (param) and ``cov`` (param, param_)."""
-
-    def get_params(self) -> dict[str, Any]:
-        """Constructor arguments of this policy (scikit-learn style)."""
-        sig = inspect.signature(type(self).__init__)
-        return {
-            name: getattr(self, name)
-            for name, p in sig.parameters.items()
-            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-        }
-
-    def clone(self, rng: Any = "same") -> CascadePolicy:
-        """A fresh, untrained policy with the same configuration (``rng="same"`` reuses the
-        original ``rng`` argument)."""
-        params = self.get_params()
-        if not (isinstance(rng, str) and rng == "same"):
-            params["rng"] = rng
-        return type(self)(**params)
 
     def __repr__(self) -> str:
         return (
