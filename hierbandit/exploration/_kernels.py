@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..stats._kernels import cholesky_lower, cholesky_solve
+
 _JIT = {"cache": True, "nogil": True}
 
 
@@ -120,30 +122,10 @@ def pair_set(nk, corrected):
 @njit(**_JIT)
 def _chol_solve(H, g, out):
     """Solve ``H out = g`` for symmetric positive-definite ``H``; False if not PD."""
-    K = H.shape[0]
-    L = np.zeros((K, K))
-    for i in range(K):
-        for j in range(i + 1):
-            s = H[i, j]
-            for k in range(j):
-                s -= L[i, k] * L[j, k]
-            if i == j:
-                if s <= 0.0:
-                    return False
-                L[i, i] = np.sqrt(s)
-            else:
-                L[i, j] = s / L[j, j]
-    y = np.empty(K)
-    for i in range(K):
-        s = g[i]
-        for k in range(i):
-            s -= L[i, k] * y[k]
-        y[i] = s / L[i, i]
-    for i in range(K - 1, -1, -1):
-        s = y[i]
-        for k in range(i + 1, K):
-            s -= L[k, i] * out[k]
-        out[i] = s / L[i, i]
+    L = np.empty_like(H)
+    if not cholesky_lower(H, L):
+        return False
+    cholesky_solve(L, g, out)
     return True
 
 
