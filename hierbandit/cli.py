@@ -22,6 +22,7 @@ from .experiments._cli_common import Out, Scale, Seed, Seeds, fail
 from .experiments.boc_cli import app as boc_app
 from .experiments.cascade_cli import app as cascade_app
 from .experiments.offline_cli import app as offline_app
+from .experiments.sclub_cli import app as sclub_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 ebm_app = typer.Typer(no_args_is_help=True, help="Experiments of the ebm paper (ebmTS/ebmUCB).")
@@ -29,6 +30,7 @@ app.add_typer(ebm_app, name="ebm")
 app.add_typer(boc_app, name="boc")
 app.add_typer(cascade_app, name="cascade")
 app.add_typer(offline_app, name="offline")
+app.add_typer(sclub_app, name="sclub")
 
 Horizon = Annotated[int, typer.Option("--horizon", min=10, help="Rounds per run.")]
 Draws = Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")]

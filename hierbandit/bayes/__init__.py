@@ -16,6 +16,9 @@ from ._devices import configure_host_devices
 configure_host_devices()
 
 _EXPORTS = {
+    "fit_mixture": "mixture",
+    "mixture_loglik": "mixture",
+    "mixture_model": "mixture",
     "GMMDiagnostic": "gmm",
     "diagnose_boc": "gmm",
     "diagnose_partition": "gmm",

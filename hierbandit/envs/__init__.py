@@ -9,6 +9,13 @@ from .boc import (
     synthetic_instance,
 )
 from .cascade import CascadeEnv, CascadeRollout, backward_plan, simulate_episode, slate_value
+from .clustered import (
+    ClusteredLinearEnv,
+    ClusteredRollout,
+    MovieLensEnv,
+    frequency_vector,
+    movielens_user_vectors,
+)
 from .hierarchical import HierarchicalLinearEnv, Rollout, arrival_probabilities
 from .prior_drawn import PriorDrawnEnv, env_from_prior
 
@@ -17,7 +24,10 @@ __all__ = [
     "CascadeEnv",
     "CascadeRollout",
     "ClusterBandit",
+    "ClusteredLinearEnv",
+    "ClusteredRollout",
     "HierarchicalLinearEnv",
+    "MovieLensEnv",
     "PriorDrawnEnv",
     "Rollout",
     "arrival_probabilities",
@@ -25,7 +35,9 @@ __all__ = [
     "class_mean_instance",
     "digits_instance",
     "env_from_prior",
+    "frequency_vector",
     "iris_instance",
+    "movielens_user_vectors",
     "simulate_episode",
     "slate_value",
     "synthetic_instance",

@@ -11,12 +11,15 @@ from .cascade import (
     CascadePolicy,
     CascadeRandom,
 )
+from .clustering import CLUB, SCLUB, ClusteringPolicy, LinUCBInd, LinUCBOne
 from .ebm import EbmPolicy, EbmTS, EbmUCB
 from .linear import LinTS, LinUCB, OLSBandit, forced_sampling_arm, forced_sampling_schedule
 from .rmbandit import RMBandit, rm_estimate
 
 __all__ = [
     "AUCBBP",
+    "CLUB",
+    "SCLUB",
     "UCBBP",
     "CascadeEpsilonGreedy",
     "CascadeGreedy",
@@ -24,11 +27,14 @@ __all__ = [
     "CascadeLinUCB",
     "CascadePolicy",
     "CascadeRandom",
+    "ClusteringPolicy",
     "EbmPolicy",
     "EbmTS",
     "EbmUCB",
     "LinTS",
     "LinUCB",
+    "LinUCBInd",
+    "LinUCBOne",
     "OLSBandit",
     "Policy",
     "RMBandit",
