@@ -253,6 +253,24 @@ def test_split_on_weight_inconsistency_against_phase_start_pivot():
     np.testing.assert_array_equal(pol.stats.b[pol.stats.labels[0]], np.zeros(2))
 
 
+def test_double_count_split_reproduces_the_reference_aliasing():
+    """After a split the user's rows enter twice (as √2·(x, y)); T_i counts them once."""
+    e0, e1 = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    pol = SCLUB(2, 2, alpha_theta=0.1, use_frequency=False, double_count_split=True, rng=0)
+    pol.update(0, e0, 0.0)
+    pol.update(1, e1, 2.0)  # split (the splitting row itself is counted once)
+    pol.update(1, e1, 2.0)
+    st = pol.stats
+    np.testing.assert_allclose(st.users.G[1], 3 * np.outer(e1, e1))
+    np.testing.assert_allclose(st.users.b[1], 6 * e1)
+    assert st.users.n[1] == 2
+    np.testing.assert_allclose(st.G[st.labels[1]], st.users.G[1])
+    plain = SCLUB(2, 2, alpha_theta=0.1, use_frequency=False, rng=0)
+    for u, x, y in ((0, e0, 0.0), (1, e1, 2.0), (1, e1, 2.0)):
+        plain.update(u, x, y)
+    np.testing.assert_allclose(plain.stats.users.G[1], 2 * np.outer(e1, e1))
+
+
 def test_no_split_below_threshold_and_singletons_never_split():
     pol = SCLUB(2, 2, alpha_theta=10.0, use_frequency=False, rng=0)
     pol.update(0, [1.0, 0.0], 0.0)
@@ -352,6 +370,51 @@ def test_club_deletes_edges_by_rule_and_uses_components(rng):
     for c in pol.stats.live():
         m = pol.stats.labels == c
         np.testing.assert_allclose(pol.stats.G[c], pol.stats.users.G[m].sum(0), atol=1e-9)
+
+
+def _set_graph(pol: CLUB, edges: list[tuple[int, int]]) -> None:
+    from hierbandit.policies.clustering import _components
+
+    pol.adjacency[:] = 0
+    for a, b in edges:
+        for i, j in ((a, b), (b, a)):
+            pol.adjacency[i, j >> 6] |= np.uint64(1) << np.uint64(j & 63)
+    pol.stats.assign(_components(pol.adjacency))
+
+
+@pytest.mark.parametrize(
+    ("edges", "user", "expect"),
+    [
+        # star: the centre loses every edge → six singletons ("several components")
+        ([(0, k) for k in range(1, 6)], 0, [0, 1, 2, 3, 4, 5]),
+        # path 0-1-2-3-4: user 1 loses both edges → {1}, {0}, {2, 3, 4}
+        ([(0, 1), (1, 2), (2, 3), (3, 4)], 1, [0, 1, 2, 2, 2, 5]),
+        # user 4 is a leaf of a triangle-with-tail: it splits off; the rest stays in place
+        ([(0, 1), (1, 2), (2, 0), (2, 3), (3, 4)], 4, [0, 0, 0, 0, 4, 5]),
+        # user 0 loses both edges; its former neighbours 1 and 2 still reach each other, so
+        # there are two components: {0} moves out and {1, 2, 3, 4} keeps the slot
+        ([(0, 1), (0, 2), (1, 2), (2, 3), (3, 4)], 0, [0, 1, 1, 1, 1, 5]),
+    ],
+)
+def test_club_component_splits_on_hand_built_graphs(edges, user, expect):
+    pol = CLUB(6, 2, alpha_2=1e-9, rng=0)
+    _set_graph(pol, edges)
+    slot_before = pol.stats.labels[1 if user != 1 else 2]
+    pol.update(user, [1.0, 0.5], 1.0)  # θ̂_user ≠ 0 = θ̂_ℓ: every edge of `user` is deleted
+    assert not pol.edges()[user].any()
+    assert same_partition(pol.clusters().values, expect)
+    _, comp = connected_components(pol.edges(), directed=False)
+    assert same_partition(pol.clusters().values, comp)
+    st = pol.stats
+    for c in st.live():
+        m = st.labels == c
+        np.testing.assert_array_equal(st.G[c], st.users.G[m].sum(0))
+        assert st.n[c] == st.users.n[m].sum()
+    # the largest remaining component keeps its slot (only smaller pieces are moved)
+    sizes = np.bincount(pol.clusters().values)
+    biggest_user = int(np.flatnonzero(pol.clusters().values == sizes.argmax())[0])
+    if sizes.max() > 1:
+        assert st.labels[biggest_user] == slot_before
 
 
 def test_club_random_graph():
@@ -541,6 +604,7 @@ def test_presets_clone_and_params():
         "no_sqrt",
     )
     assert ref.alpha_p == pytest.approx(1 / math.sqrt(2)) and ref.alpha_theta == 1.0
+    assert ref.double_count_split and not SCLUB(3, 2).double_count_split
     th = SCLUB.theory(1000, 20, horizon=2**20 - 1)
     assert th.alpha_theta == pytest.approx(4 * 0.5 * math.sqrt(20 * 38))  # ≈ 55
     assert th.alpha_p == 2.0
