@@ -1,4 +1,4 @@
-"""Execute every tutorial notebook in ``notebooks/`` and fail on any cell error.
+"""Execute every tutorial notebook in ``docs/notebooks/`` and fail on any cell error.
 
 Each notebook is copied to a temporary directory and executed there with ``nbclient`` (the stored
 notebook and the repository are never written to). The kernel is the ``python3`` kernel started
@@ -25,7 +25,7 @@ pytest.importorskip("ipykernel")
 
 from jupyter_client.manager import KernelManager  # noqa: E402  (after the importorskips)
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "docs" / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 KERNEL_NAME = "python3"
 #: seconds any single cell may take
