@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["config_json", "jsonable", "resolve_factories"]
+__all__ = [
+    "check_first_seed",
+    "config_json",
+    "jsonable",
+    "resolve_factories",
+    "seed_children",
+]
 
 
 def jsonable(obj: Any, _depth: int = 0) -> Any:
@@ -84,3 +90,27 @@ def resolve_factories(
                 f"got {type(value).__name__}"
             )
     return out
+
+
+def check_first_seed(first_seed: Any, name: str = "first_seed") -> int:
+    """Validate the start ``first_seed`` (a non-negative int) of a window of seeds or trials."""
+    if isinstance(first_seed, bool | np.bool_) or not isinstance(first_seed, numbers.Integral):
+        raise TypeError(
+            f"{name} must be a non-negative int, got {type(first_seed).__name__} {first_seed!r}"
+        )
+    if first_seed < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {first_seed}")
+    return int(first_seed)
+
+
+def seed_children(seed: int, first_seed: int, n_seeds: int) -> list[np.random.SeedSequence]:
+    """Children ``first_seed … first_seed + n_seeds − 1`` of ``SeedSequence(seed)``.
+
+    Child ``s`` equals ``SeedSequence(seed).spawn(S)[s]`` for any ``S > s``, so a window of seeds
+    run on its own reproduces exactly the same replications as one run over all seeds: the
+    experiment interface uses this to split sweeps into independent cells.
+    """
+    return [
+        np.random.SeedSequence(seed, spawn_key=(s,))
+        for s in range(first_seed, first_seed + n_seeds)
+    ]

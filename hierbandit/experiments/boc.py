@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,22 +36,27 @@ from .._validation import check_choice, check_positive_int
 from ..envs.boc import ClusterBandit, digits_instance, iris_instance, synthetic_instance
 from ..exploration import BOC, Oracle, Uniform, stopping_times
 from ..exploration.thresholds import kl_bernoulli_delta
+from ._config import check_first_seed
 
 __all__ = [
+    "PARTS",
     "REAL_LOG_INV_DELTAS",
     "SCALES",
     "SYNTHETIC_LOG_INV_DELTAS",
     "acceptance",
     "clopper_pearson",
     "make_algorithm",
+    "part_instances",
     "plot_figure3",
     "reproduce",
     "run_instance",
+    "run_part",
     "run_real",
     "run_synthetic",
     "run_table2",
     "slopes",
     "summary_table",
+    "write_reproduction",
 ]
 
 SYNTHETIC_LOG_INV_DELTAS = (math.log(10.0), 5.0, 10.0, 25.0, 50.0, 100.0, 150.0, 200.0, 250.0,
@@ -122,8 +127,13 @@ def run_instance(
     workers: int = 1,
     max_pulls: int = _MAX_PULLS,
     executor: Executor | None = None,
+    first_trial: int = 0,
 ) -> xr.Dataset:
     """Run every algorithm ``n_trials`` times on ``instance``; every (threshold, δ) per path.
+
+    Trials ``first_trial … first_trial + n_trials − 1`` are run (the ``trial`` coordinate);
+    trial ``j``'s noise depends only on ``seed``, the instance and ``j``, so a sweep can be
+    split into windows of trials that give the same results.
 
     Returns
     -------
@@ -138,6 +148,7 @@ def run_instance(
     """
     n_trials = check_positive_int(n_trials, "n_trials")
     workers = check_positive_int(workers, "workers")
+    first_trial = check_first_seed(first_trial, "first_trial")
     algorithms = [check_choice(a, ALGORITHMS, "algorithms") for a in algorithms]
     Ls = np.asarray(log_inv_deltas, dtype=float)
     thresholds = list(thresholds)
@@ -147,7 +158,7 @@ def run_instance(
     correct = np.zeros((A, T, H, nL), dtype=bool)
     extra = {k: np.zeros((A, T)) for k in ("path_length", "n_forced", "n_fallback", "seconds")}
     tasks = [
-        (instance, name, a, j, seed, tuple(Ls), tuple(thresholds), max_pulls)
+        (instance, name, a, first_trial + j, seed, tuple(Ls), tuple(thresholds), max_pulls)
         for a, name in enumerate(algorithms)
         for j in range(T)
     ]
@@ -158,7 +169,8 @@ def run_instance(
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_one_trial, tasks))
-    for a, j, out in results:
+    for a, trial, out in results:
+        j = trial - first_trial
         tau[a, j], stopped[a, j], correct[a, j] = out["tau"], out["stopped"], out["correct"]
         for k in extra:
             extra[k][a, j] = out[k]
@@ -177,7 +189,7 @@ def run_instance(
         },
         coords={
             "algorithm": algorithms,
-            "trial": np.arange(T),
+            "trial": np.arange(first_trial, first_trial + T),
             "threshold": thresholds,
             "log_inv_delta": Ls,
         },
@@ -196,6 +208,69 @@ def run_instance(
     return ds
 
 
+#: part → (algorithms, thresholds, log(1/δ) grid) of the paper's three experiments
+PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, ...]]] = {
+    "synthetic": (("BOC", "Oracle", "Uniform"), ("beta", "beta_tilde"), SYNTHETIC_LOG_INV_DELTAS),
+    "real": (("BOC", "Uniform"), ("beta_tilde",), REAL_LOG_INV_DELTAS),
+    "table2": (("BOC", "BOC-LE"), ("beta_tilde",), REAL_LOG_INV_DELTAS),
+}
+
+
+def part_instances(
+    part: str,
+    *,
+    kinds: Sequence[str] = ("easy", "moderate", "challenging"),
+    digits_features: int = 10,
+    digits_arms: int = 500,
+) -> dict[str, ClusterBandit]:
+    """The instances of one part of the reproduction (see :data:`PARTS`).
+
+    ``"synthetic"``: the instances of eq. (9) named by ``kinds``; ``"real"``: Iris and the digits
+    stand-in rescaled to D* = 2 (Section 6.2); ``"table2"``: the challenging instance rescaled to
+    D* = 2 and Iris (Appendix C.2).
+    """
+    check_choice(part, tuple(PARTS), "part")
+    if part == "synthetic":
+        return {kind: synthetic_instance(kind) for kind in kinds}
+    if part == "real":
+        return real_instances(digits_features, digits_arms)
+    return {
+        "challenging-rescaled": synthetic_instance("challenging", target_hardness=2.0),
+        "iris": iris_instance(),
+    }
+
+
+def run_part(
+    part: str,
+    instances: Mapping[str, ClusterBandit],
+    *,
+    n_trials: int,
+    seed: int = 0,
+    workers: int = 1,
+    max_pulls: int = _MAX_PULLS,
+    executor: Executor | None = None,
+    first_trial: int = 0,
+    log_inv_deltas: Sequence[float] | None = None,
+) -> dict[str, xr.Dataset]:
+    """:func:`run_instance` on each instance with the part's algorithms and thresholds."""
+    algorithms, thresholds, grid = PARTS[check_choice(part, tuple(PARTS), "part")]
+    return {
+        name: run_instance(
+            inst,
+            algorithms=algorithms,
+            n_trials=n_trials,
+            log_inv_deltas=grid if log_inv_deltas is None else log_inv_deltas,
+            thresholds=thresholds,
+            seed=seed,
+            workers=workers,
+            max_pulls=max_pulls,
+            executor=executor,
+            first_trial=first_trial,
+        )
+        for name, inst in instances.items()
+    }
+
+
 def run_synthetic(
     *,
     kinds: Sequence[str] = ("easy", "moderate", "challenging"),
@@ -207,20 +282,16 @@ def run_synthetic(
     executor: Executor | None = None,
 ) -> dict[str, xr.Dataset]:
     """Figure 3: BOC, Oracle and Uniform with β and β̃ on the instances of eq. (9)."""
-    return {
-        kind: run_instance(
-            synthetic_instance(kind),
-            algorithms=("BOC", "Oracle", "Uniform"),
-            n_trials=n_trials,
-            log_inv_deltas=log_inv_deltas,
-            thresholds=("beta", "beta_tilde"),
-            seed=seed,
-            workers=workers,
-            max_pulls=max_pulls,
-            executor=executor,
-        )
-        for kind in kinds
-    }
+    return run_part(
+        "synthetic",
+        part_instances("synthetic", kinds=kinds),
+        n_trials=n_trials,
+        seed=seed,
+        workers=workers,
+        max_pulls=max_pulls,
+        executor=executor,
+        log_inv_deltas=log_inv_deltas,
+    )
 
 
 def real_instances(digits_features: int = 10, digits_arms: int = 500) -> dict[str, ClusterBandit]:
@@ -242,20 +313,15 @@ def run_real(
     executor: Executor | None = None,
 ) -> dict[str, xr.Dataset]:
     """Table 1 (with the digits stand-in for Yeast): BOC and Uniform with β̃, δ = 10⁻¹…10⁻¹⁰."""
-    return {
-        name: run_instance(
-            inst,
-            algorithms=("BOC", "Uniform"),
-            n_trials=n_trials,
-            log_inv_deltas=REAL_LOG_INV_DELTAS,
-            thresholds=("beta_tilde",),
-            seed=seed,
-            workers=workers,
-            max_pulls=max_pulls,
-            executor=executor,
-        )
-        for name, inst in real_instances(digits_features, digits_arms).items()
-    }
+    return run_part(
+        "real",
+        real_instances(digits_features, digits_arms),
+        n_trials=n_trials,
+        seed=seed,
+        workers=workers,
+        max_pulls=max_pulls,
+        executor=executor,
+    )
 
 
 def run_table2(
@@ -267,24 +333,15 @@ def run_table2(
     executor: Executor | None = None,
 ) -> dict[str, xr.Dataset]:
     """Table 2 (Appendix C.2): original (forced) vs linear exploration, β̃, δ = 10⁻¹…10⁻¹⁰."""
-    insts = {
-        "challenging-rescaled": synthetic_instance("challenging", target_hardness=2.0),
-        "iris": iris_instance(),
-    }
-    return {
-        name: run_instance(
-            inst,
-            algorithms=("BOC", "BOC-LE"),
-            n_trials=n_trials,
-            log_inv_deltas=REAL_LOG_INV_DELTAS,
-            thresholds=("beta_tilde",),
-            seed=seed,
-            workers=workers,
-            max_pulls=max_pulls,
-            executor=executor,
-        )
-        for name, inst in insts.items()
-    }
+    return run_part(
+        "table2",
+        part_instances("table2"),
+        n_trials=n_trials,
+        seed=seed,
+        workers=workers,
+        max_pulls=max_pulls,
+        executor=executor,
+    )
 
 
 # ---------------------------------------------------------------------- summaries
@@ -636,25 +693,15 @@ def _reproduce(
     config: dict[str, Any],
     note: Any,
 ) -> dict[str, Any]:
-    files: dict[str, Path] = {}
     timings: dict[str, float] = {}
     synthetic: dict[str, xr.Dataset] = {}
     real: dict[str, xr.Dataset] = {}
+    table2: dict[str, xr.Dataset] = {}
     if "synthetic" in parts:
         start = time.perf_counter()
         note(f"Figure 3: {trials['synthetic']} trials per instance and algorithm …")
         synthetic = run_synthetic(n_trials=trials["synthetic"], seed=seed, executor=executor)
         timings["synthetic"] = time.perf_counter() - start
-        for name, ds in synthetic.items():
-            ds.attrs.update(config)
-            files[f"synthetic_{name}"] = write_dataset(ds, out / f"figure3_{name}.nc")
-        fig = plot_figure3(synthetic)
-        files["figure3"] = atomic_write(
-            out / "figure3.png", lambda tmp: fig.savefig(tmp, dpi=110, format="png")
-        )
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
     if "real" in parts:
         start = time.perf_counter()
         note(f"Table 1: {trials['real']} trials on Iris and digits …")
@@ -665,39 +712,71 @@ def _reproduce(
             executor=executor,
         )
         timings["real"] = time.perf_counter() - start
-        for name, ds in real.items():
+    if "table2" in parts:
+        start = time.perf_counter()
+        note(f"Table 2: {trials['table2']} trials, original vs linear exploration …")
+        table2 = run_table2(n_trials=trials["table2"], seed=seed, executor=executor)
+        timings["table2"] = time.perf_counter() - start
+    files, acc = write_reproduction(out, synthetic, real, table2, config, timings)
+    return {"files": files, "acceptance": acc, "timings": timings, "synthetic": synthetic,
+            "real": real}  # fmt: skip
+
+
+def write_reproduction(
+    out: str | Path,
+    synthetic: Mapping[str, xr.Dataset],
+    real: Mapping[str, xr.Dataset],
+    table2: Mapping[str, xr.Dataset],
+    config: dict[str, Any],
+    timings: dict[str, float] | None = None,
+) -> tuple[dict[str, Path], dict[str, Any] | None]:
+    """Write every artifact of the reproduction from its results into ``out``.
+
+    ``synthetic`` (Figure 3, by instance kind), ``real`` (Table 1) and ``table2`` (Table 2) are
+    :func:`run_instance` datasets; any of them may be empty. ``config`` is added to each
+    dataset's attributes and to ``summary.json``. Returns the written paths and the acceptance
+    summary (``None`` without synthetic results).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    for prefix, group in (("figure3", synthetic), ("table1", real), ("table2", table2)):
+        key = {"figure3": "synthetic", "table1": "real", "table2": "table2"}[prefix]
+        for name, ds in group.items():
             ds.attrs.update(config)
-            files[f"real_{name}"] = write_dataset(ds, out / f"table1_{name}.nc")
+            files[f"{key}_{name}"] = write_dataset(ds, out / f"{prefix}_{name}.nc")
+    if synthetic:
+        fig = plot_figure3(dict(synthetic))
+        files["figure3"] = atomic_write(
+            out / "figure3.png", lambda tmp: fig.savefig(tmp, dpi=110, format="png")
+        )
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    if real:
         files["table1"] = _write_text(
             out / "table1.md",
             _table_markdown(
                 "Table 1: mean ± sd of the sample complexity, heuristic threshold β̃",
-                real,
+                dict(real),
                 "Iris as in Section 6.2; `digits` is a stand-in for Yeast/MNIST built the same "
                 "way from scikit-learn's handwritten digits (random 500 images, PCA, class "
                 "means, rescaled to D* = 2).",
             ),
         )
-    if "table2" in parts:
-        start = time.perf_counter()
-        note(f"Table 2: {trials['table2']} trials, original vs linear exploration …")
-        t2 = run_table2(n_trials=trials["table2"], seed=seed, executor=executor)
-        timings["table2"] = time.perf_counter() - start
-        for name, ds in t2.items():
-            ds.attrs.update(config)
-            files[f"table2_{name}"] = write_dataset(ds, out / f"table2_{name}.nc")
+    if table2:
         files["table2"] = _write_text(
             out / "table2.md",
             _table_markdown(
                 "Table 2: original (forced) vs linear exploration (BOC-LE), β̃",
-                t2,
+                dict(table2),
                 "Rescaled challenging instance (D* = 2) and Iris; LE receives the exact r.",
             ),
         )
-    acc = acceptance(synthetic, real) if synthetic else None
+    acc = acceptance(dict(synthetic), dict(real)) if synthetic else None
     if synthetic:
         files["figure3_table"] = _write_text(
-            out / "figure3.md", _synthetic_markdown(synthetic, acc)
+            out / "figure3.md", _synthetic_markdown(dict(synthetic), acc)
         )
     rows = []
     for group in (synthetic, real):
@@ -710,7 +789,6 @@ def _reproduce(
         files["summary_csv"] = atomic_write(
             out / "summary.csv", lambda tmp: df.to_csv(tmp, index=False)
         )
-    summary = {"config": config, "timings_seconds": timings, "acceptance": acc}
+    summary = {"config": config, "timings_seconds": timings or {}, "acceptance": acc}
     files["summary"] = write_json(out / "summary.json", summary)
-    return {"files": files, "acceptance": acc, "timings": timings, "synthetic": synthetic,
-            "real": real}  # fmt: skip
+    return files, acc

@@ -55,7 +55,7 @@ from ..policies.cascade import (
     CascadePolicy,
     CascadeRandom,
 )
-from ._config import config_json, resolve_factories
+from ._config import check_first_seed, config_json, resolve_factories, seed_children
 
 __all__ = [
     "REPRODUCTION_POLICIES",
@@ -179,6 +179,7 @@ def simulate_cascade(
     seed: int = 0,
     redraw_env: bool = True,
     progress: bool = False,
+    first_seed: int = 0,
 ) -> xr.Dataset:
     """Run cascading policies on the same per-seed environment and random numbers.
 
@@ -200,6 +201,9 @@ def simulate_cascade(
         Redraw the environment's random parameters per seed.
     progress
         Show a rich progress bar over (seed × policy).
+    first_seed
+        Run replications ``first_seed … first_seed + n_seeds − 1`` of the root seed (the
+        ``seed`` coordinate holds these indices); each is the same in any window.
 
     Returns
     -------
@@ -224,6 +228,7 @@ def simulate_cascade(
     S = check_positive_int(n_seeds, "n_seeds")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    first_seed = check_first_seed(first_seed)
     for name, val in (("redraw_env", redraw_env), ("progress", progress)):
         if not isinstance(val, bool | np.bool_):
             raise TypeError(f"{name} must be a bool, got {type(val).__name__}")
@@ -246,7 +251,7 @@ def simulate_cascade(
         task = bar.add_task(f"cascade N={env.n_users}", total=S * P)
         bar.start()
     try:
-        for s, seq in enumerate(np.random.SeedSequence(int(seed)).spawn(S)):
+        for s, seq in enumerate(seed_children(int(seed), first_seed, S)):
             env_ss, roll_ss, pol_root = seq.spawn(3)
             env_s = env.clone(rng=np.random.default_rng(env_ss)) if redraw_env else env
             roll = env_s.rollout(T, rng=np.random.default_rng(roll_ss))
@@ -278,7 +283,7 @@ def simulate_cascade(
         },
         coords={
             "policy": np.array(names, dtype=object),
-            "seed": np.arange(S),
+            "seed": np.arange(first_seed, first_seed + S),
             "episode": np.arange(1, T + 1),
             "param": labels,
         },
@@ -288,6 +293,7 @@ def simulate_cascade(
             "n_episodes": T,
             "n_seeds": S,
             "seed": int(seed),
+            "first_seed": first_seed,
             "redraw_env": int(redraw_env),
             "n_users": env.n_users,
             "horizon": env.horizon,

@@ -44,6 +44,7 @@ from .._io import write_dataset, write_json
 from .._validation import check_choice, check_positive_int, check_scalar
 from ..envs.clustered import ClusteredLinearEnv, MovieLensEnv
 from ..policies.clustering import CLUB, SCLUB, ClusteringPolicy, LinUCBInd, LinUCBOne
+from ._config import check_first_seed, seed_children
 
 __all__ = [
     "POLICY_NAMES",
@@ -257,6 +258,7 @@ def simulate_clustering(
     n_jobs: int = 1,
     return_runs: bool = False,
     progress: bool = False,
+    first_seed: int = 0,
 ) -> xr.Dataset | tuple[xr.Dataset, list[dict[str, Any]]]:
     """Run every policy on the same per-seed environment and random numbers.
 
@@ -287,6 +289,9 @@ def simulate_clustering(
         seed's ``env``: the result is then ``(ds, runs)``.
     progress
         Show a rich progress bar over seeds.
+    first_seed
+        Run replications ``first_seed … first_seed + n_seeds − 1`` of the root seed (the
+        ``seed`` coordinate holds these indices); each is the same in any window.
 
     Returns
     -------
@@ -316,7 +321,8 @@ def simulate_clustering(
     n_jobs = check_positive_int(n_jobs, "n_jobs")
     steps = record_steps(T, n_points)
 
-    seqs = np.random.SeedSequence(seed).spawn(S)
+    first_seed = check_first_seed(first_seed)
+    seqs = seed_children(seed, first_seed, S)
 
     def job(s: int) -> dict[str, Any]:
         return _run_seed(
@@ -364,7 +370,7 @@ def simulate_clustering(
         },
         coords={
             "policy": np.array(names, dtype=object),
-            "seed": np.arange(S),
+            "seed": np.arange(first_seed, first_seed + S),
             "step": steps,
             "user": np.arange(env.n_users),
         },
@@ -376,6 +382,7 @@ def simulate_clustering(
             "horizon": T,
             "n_seeds": S,
             "seed": seed,
+            "first_seed": first_seed,
             "redraw_env": int(redraw_env),
             "n_users": env.n_users,
             "n_features": env.n_features,
@@ -509,17 +516,19 @@ def run_setting(
     n_points: int = 512,
     audit: bool = True,
     progress: bool = False,
+    first_seed: int = 0,
 ) -> xr.Dataset:
     """Simulate the four policies on one named setting; returns :func:`simulate_clustering`'s
     Dataset plus, with ``audit=True``, :func:`audit_clustering` of SCLUB's final clustering on
-    seed 0 (variables prefixed ``audit_``)."""
+    seed 0 (variables prefixed ``audit_``; only when the seed window starts at 0)."""
     check_choice(scale, tuple(SCALES), "scale")
     cfg = SCALES[scale]
     env = make_env(setting, scale=scale, n_users=n_users, reward=reward, noise_sd=noise_sd)
     T = cfg["horizon"] if horizon is None else check_positive_int(horizon, "horizon")
     S = cfg["n_seeds"] if n_seeds is None else check_positive_int(n_seeds, "n_seeds")
     audit = _check_bool(audit, "audit")
-    audit = audit and "SCLUB" in policies
+    first_seed = check_first_seed(first_seed)
+    audit = audit and "SCLUB" in policies and first_seed == 0
     res = simulate_clustering(
         make_policies(env.n_users, env.n_features, policies, preset=preset),
         env,
@@ -530,6 +539,7 @@ def run_setting(
         n_points=n_points,
         return_runs=audit,
         progress=progress,
+        first_seed=first_seed,
     )
     ds, runs = res if audit else (res, None)
     ds.attrs.update(

@@ -33,7 +33,7 @@ import xarray as xr
 
 from .._validation import check_choice, check_index, check_positive_int
 from ..policies.base import Policy
-from ._config import config_json, resolve_factories
+from ._config import check_first_seed, config_json, resolve_factories, seed_children
 
 __all__ = ["cumulative_regret", "regret_table", "simulate"]
 
@@ -132,6 +132,7 @@ def simulate(
     redraw_env: bool = True,
     oracle_regret: bool = False,
     progress: bool = False,
+    first_seed: int = 0,
 ) -> xr.Dataset:
     """Run every policy on the same per-seed environment and random numbers.
 
@@ -165,6 +166,10 @@ def simulate(
         costs ``N - 1`` extra selections and a deep copy per round.
     progress
         Show a rich progress bar over (seed × policy).
+    first_seed
+        Run replications ``first_seed … first_seed + n_seeds − 1`` of the root seed (the
+        ``seed`` coordinate holds these indices). Each replication is the same whatever window
+        it is run in, so a sweep can be split into independent parts.
 
     Returns
     -------
@@ -202,6 +207,7 @@ def simulate(
     if seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed}")
     seed = int(seed)
+    first_seed = check_first_seed(first_seed)
     redraw_env = _check_bool(redraw_env, "redraw_env")
     oracle_regret = _check_bool(oracle_regret, "oracle_regret")
     progress = _check_bool(progress, "progress")
@@ -228,7 +234,7 @@ def simulate(
         task = bar.add_task("simulate", total=S * P)
         bar.start()
     try:
-        for s, seed_seq in enumerate(np.random.SeedSequence(seed).spawn(S)):
+        for s, seed_seq in enumerate(seed_children(seed, first_seed, S)):
             env_ss, rollout_ss, policy_root = seed_seq.spawn(3)
             env_s = env.clone(rng=np.random.default_rng(env_ss)) if redraw_env else env
             for attr in ("n_instances", "n_arms", "n_features"):
@@ -294,7 +300,7 @@ def simulate(
         data,
         coords={
             "policy": np.array(names, dtype=object),
-            "seed": np.arange(S),
+            "seed": np.arange(first_seed, first_seed + S),
             "step": np.arange(1, T + 1),
             "arm_": np.arange(K),
             "instance_": np.arange(N),
@@ -306,6 +312,7 @@ def simulate(
             "horizon": T,
             "n_seeds": S,
             "seed": seed,
+            "first_seed": first_seed,
             "redraw_env": int(redraw_env),
             "oracle_regret": int(oracle_regret),
             "n_instances": N,
