@@ -21,11 +21,13 @@ import typer
 from .experiments._cli_common import Out, Scale, Seed, Seeds, fail
 from .experiments.boc_cli import app as boc_app
 from .experiments.cascade_cli import app as cascade_app
+from .experiments.experiment_cli import app as experiment_app
 from .experiments.offline_cli import app as offline_app
 from .experiments.sclub_cli import app as sclub_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 ebm_app = typer.Typer(no_args_is_help=True, help="Experiments of the ebm paper (ebmTS/ebmUCB).")
+app.add_typer(experiment_app, name="experiment")
 app.add_typer(ebm_app, name="ebm")
 app.add_typer(boc_app, name="boc")
 app.add_typer(cascade_app, name="cascade")

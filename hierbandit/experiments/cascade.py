@@ -61,6 +61,7 @@ __all__ = [
     "REPRODUCTION_POLICIES",
     "SCALES",
     "acceptance",
+    "combine_n_users",
     "make_policies",
     "plot_figure5",
     "run_reproduction",
@@ -390,17 +391,23 @@ def run_reproduction(
     Ns = tuple(check_positive_int(n, "n_users") for n in Ns)
     if len(set(Ns)) != len(Ns) or not Ns:
         raise ValueError(f"n_users must be distinct and non-empty, got {Ns}")
-    results = []
+    results = {}
     for N in sorted(Ns):
         env = CascadeEnv.preset("mccb-repro", n_users=N)
         pols = make_policies(env, T, policies)
-        results.append(simulate_cascade(pols, env, T, n_seeds, seed=seed, progress=progress))
+        results[N] = simulate_cascade(pols, env, T, n_seeds, seed=seed, progress=progress)
+    return combine_n_users(results, scale)
+
+
+def combine_n_users(results: Mapping[int, xr.Dataset], scale: str) -> xr.Dataset:
+    """Stack :func:`simulate_cascade` results (N → Dataset) along ``n_users`` for Figure 5."""
+    Ns = sorted(results)
     ds = xr.concat(
-        results, dim=pd.Index(sorted(Ns), name="n_users"), combine_attrs="drop_conflicts"
+        [results[N] for N in Ns], dim=pd.Index(Ns, name="n_users"), combine_attrs="drop_conflicts"
     )
     ds.attrs.update(
         scale=scale,
-        n_users_grid=list(sorted(Ns)),
+        n_users_grid=[int(n) for n in Ns],
         description=(
             "Park & Jia (2025) Figure 5 on specs/cascading.md §6.3: d=K=5, H=3, "
             "e=linspace(1,3,K), alpha=linspace(0.5,-2.5,K), theta_x=u/|u|, x~N(0,I)"

@@ -44,6 +44,7 @@ def run_real(
     policies: Sequence[str] = POLICY_NAMES,
     progress: bool = False,
     task_kwargs: dict[str, Any] | None = None,
+    first_seed: int = 0,
 ) -> xr.Dataset:
     """Simulate the ebm paper's policies on one real-data experiment.
 
@@ -64,6 +65,8 @@ def run_real(
         Show a progress bar.
     task_kwargs : dict, optional
         Arguments of the task builder (e.g. ``heterogeneity_scale``).
+    first_seed : int
+        First replication of the window run (see :func:`~hierbandit.experiments.simulate`).
 
     Returns
     -------
@@ -88,6 +91,7 @@ def run_real(
         n_seeds,
         seed=seed,
         progress=progress,
+        first_seed=first_seed,
     )
     ds.attrs["setting"] = name
     ds.attrs["setting_description"] = f"{REAL_EXPERIMENTS[name][0]} stand-in: {tasks.description}"
