@@ -91,7 +91,7 @@ class DaskExecutor:
         futures = [self._client.submit(fn, *a, pure=False) for a in args]
         index = {fut.key: i for i, fut in enumerate(futures)}
         try:
-            for fut in as_completed(futures):
+            for fut in as_completed(futures, loop=self._client.loop):
                 yield index[fut.key], fut.result()
         finally:
             for fut in futures:

@@ -248,12 +248,16 @@ def run_offline(
     sweep = np.full((S, G, n_seeds), np.nan)
     gam = np.full((S, G), np.nan)
     grids = dict(grids or {})
+    # one (users, data, algorithms) triple of streams per seed, shared by every size, so that a
+    # size's results do not depend on which other sizes are run (the experiment interface runs
+    # each size as its own cell)
+    streams = [sq.spawn(3) for sq in seeds]
     env_cache: dict[int, tuple] = {}
     import time
 
     for i, size in enumerate(sizes):
-        for k, sq in enumerate(seeds):
-            env_seq, data_seq, algo_seq = sq.spawn(3)
+        for k in range(n_seeds):
+            env_seq, data_seq, algo_seq = streams[k]
             if k not in env_cache:
                 env_cache[k] = _environment(dataset, cfg, distribution, env_seq)
             theta, labels, probs = env_cache[k]

@@ -96,8 +96,7 @@ class Param:
         if self.kind not in _KINDS:
             raise ValueError(f"Param.kind must be one of {list(_KINDS)}, got {self.kind!r}")
 
-    def describe(self) -> str:
-        """What the parameter accepts, in words."""
+    def _describe_item(self) -> str:
         base = {"int": "an integer", "float": "a number", "str": "a string", "bool": "a boolean"}[
             self.kind
         ]
@@ -105,6 +104,11 @@ class Param:
             base = "one of " + ", ".join(repr(c) for c in self.choices)
         if self.minimum is not None:
             base += f" ≥ {self.minimum:g}"
+        return base
+
+    def describe(self) -> str:
+        """What the parameter accepts, in words."""
+        base = self._describe_item()
         if self.many:
             base = f"a non-empty list of {base} without repeats"
         if self.optional:
@@ -128,10 +132,10 @@ class Param:
         value = _KINDS[kind](value)
         if kind == "float" and not (value == value and abs(value) != float("inf")):
             raise ValueError(f"{where} must be a finite number, got {value!r}")
-        if self.choices is not None and value not in self.choices:
-            raise ValueError(f"{where} must be {self.describe()}, got {value!r}")
-        if self.minimum is not None and value < self.minimum:
-            raise ValueError(f"{where} must be {self.describe()}, got {value!r}")
+        if (self.choices is not None and value not in self.choices) or (
+            self.minimum is not None and value < self.minimum
+        ):
+            raise ValueError(f"{where} must be {self._describe_item()}, got {value!r}")
         return value
 
     def check(self, value: Any, where: str | None = None) -> Any:

@@ -1,0 +1,355 @@
+"""The experiment interface: registry and configurations, cells = monolithic runs, executors,
+resumption after a crash, and the ``hierbandit experiment`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from typer.testing import CliRunner
+
+from hierbandit.cli import app
+from hierbandit.experiments.registry import (
+    SCALES,
+    Param,
+    get_experiment,
+    list_experiments,
+    load_user_config,
+    parse_assignment,
+)
+from hierbandit.experiments.runner import run_experiment
+
+NAMES = ("ebm-synthetic", "ebm-real", "cascade", "sclub", "offline", "boc")
+
+#: a few-second ebm-synthetic configuration
+TINY_EBM = {
+    "settings": ["fig1-data-poor"],
+    "policies": ["EbmTS", "LinUCB"],
+    "horizon": 60,
+    "seeds": 3,
+    "seeds_per_cell": 1,
+}
+
+
+def _open(path: Path) -> xr.Dataset:
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        return ds.load()
+
+
+def _same_data(a: xr.Dataset, b: xr.Dataset, skip: tuple[str, ...] = ()) -> None:
+    """Every data variable (except ``skip``) and coordinate identical."""
+    assert sorted(set(a.data_vars) - set(skip)) == sorted(set(b.data_vars) - set(skip))
+    for name in set(a.data_vars) - set(skip):
+        np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
+        assert a[name].dims == b[name].dims, name
+    for name in a.coords:
+        np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
+
+
+# ---------------------------------------------------------------------- registry and configs
+def test_every_paper_reproduction_is_listed_with_valid_configs_at_both_scales():
+    exps = {e.name: e for e in list_experiments()}
+    assert set(NAMES) <= set(exps)
+    for exp in exps.values():
+        for scale in SCALES:
+            params = exp.resolve(scale)
+            assert set(params) == {p.name for p in exp.params}
+            cells = exp.cells(params)
+            assert cells and len({c.key for c in cells}) == len(cells)
+        assert exp.title and exp.paper and exp.description
+
+
+def test_param_validation_names_the_key():
+    p = Param("settings", "str", "x", many=True, choices=("a", "b"))
+    assert p.check(["b", "a"]) == ["b", "a"]
+    for bad, match in (
+        ("a", "params.settings must be a non-empty list"),
+        ([], "empty list"),
+        (["a", "a"], "must not repeat"),
+        (["c"], r"params.settings\[0\] must be .*'a', 'b'"),
+        ([1], r"params.settings\[0\]"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            p.check(bad)
+    q = Param("horizon", "int", "x", minimum=10)
+    assert q.check(10) == 10
+    for bad in (9, 10.5, True, "10", None):
+        with pytest.raises(ValueError, match=r"params\.horizon"):
+            q.check(bad)
+    f = Param("noise", "float", "x", minimum=0.0, optional=True)
+    assert f.check(1) == 1.0 and f.check("none") is None
+    for bad in (float("nan"), float("inf"), -1.0, "x"):
+        with pytest.raises(ValueError, match=r"params\.noise"):
+            f.check(bad)
+
+
+def test_resolve_rejects_unknown_keys_and_bad_values():
+    exp = get_experiment("sclub")
+    with pytest.raises(ValueError, match=r"params.horizn: unknown parameter .*'horizon'"):
+        exp.resolve("small", {"horizn": 10})
+    with pytest.raises(ValueError, match=r"params.settings\[0\] must be one of"):
+        exp.resolve("small", {"settings": ["3z"]})
+    with pytest.raises(ValueError, match="scale must be one of"):
+        exp.resolve("huge")
+    with pytest.raises(ValueError, match="experiment must be one of"):
+        get_experiment("nope")
+    with pytest.raises(ValueError, match="lambda_tilde_a"):
+        offline = get_experiment("offline")
+        offline.cells(offline.resolve("small", {"lambda_tilde_a": "-2"}))
+
+
+def test_user_config_files(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text('experiment = "sclub"\nscale = "paper"\n[params]\nseeds = 2\n')
+    assert load_user_config(toml) == {
+        "experiment": "sclub",
+        "scale": "paper",
+        "params": {"seeds": 2},
+    }
+    yml = tmp_path / "c.yaml"
+    yml.write_text("params:\n  settings: [1a, 1b]\n  horizon: 100\n")
+    assert load_user_config(yml)["params"] == {"settings": ["1a", "1b"], "horizon": 100}
+    cases = {
+        "bad.toml": ("[params\n", "not valid TOML"),
+        "bad.yaml": ("params: [1, 2\n", "not valid YAML"),
+        "keys.toml": ("seeds = 2\n", r"unknown keys \['seeds'\]"),
+        "scale.toml": ('scale = "big"\n', "scale must be one of"),
+        "params.yaml": ("params: 3\n", "params must be a table"),
+        "c.json": ("{}", "must end in .toml, .yaml or .yml"),
+    }
+    for name, (text, match) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            load_user_config(path)
+    with pytest.raises(ValueError, match="no such file"):
+        load_user_config(tmp_path / "missing.toml")
+
+
+def test_parse_assignment():
+    assert parse_assignment("horizon=100") == ("horizon", 100)
+    assert parse_assignment('settings=["1a", "1b"]') == ("settings", ["1a", "1b"])
+    assert parse_assignment("audit=false") == ("audit", False)
+    assert parse_assignment("preset=reference") == ("preset", "reference")
+    for bad in ("horizon", "=3"):
+        with pytest.raises(ValueError, match="key=value"):
+            parse_assignment(bad)
+
+
+# ---------------------------------------------------------------------- cells = monolithic runs
+def test_ebm_cells_equal_one_monolithic_run(tmp_path):
+    from hierbandit.experiments.ebm import make_env, make_policies
+    from hierbandit.experiments.simulate import simulate
+
+    run = run_experiment("ebm-synthetic", out=tmp_path, params=TINY_EBM)
+    assert len(run.computed) == 3 and not run.reused
+    combined = _open(tmp_path / "fig1-data-poor.nc")
+    env = make_env("fig1-data-poor")
+    mono = simulate(make_policies(10, 5, 3, TINY_EBM["policies"]), env, 60, 3, seed=0)
+    _same_data(combined, mono)
+    assert json.loads(combined.attrs["experiment_config"])["params"]["horizon"] == 60
+    assert combined.attrs["hierbandit_version"]
+    for name in ("summary.md", "config.toml", "experiment.json", "fig1-data-poor.png"):
+        assert (tmp_path / name).is_file()
+    assert "EbmTS" in (tmp_path / "summary.md").read_text()
+
+
+def test_sclub_cells_equal_one_monolithic_run(tmp_path):
+    from hierbandit.experiments.sclub import run_setting
+
+    params = {"settings": ["1b"], "horizon": 1500, "n_users": 24, "seeds": 2, "audit": True}
+    run_experiment("sclub", out=tmp_path, params=params)
+    combined = _open(tmp_path / "sclub_1b.nc")
+    mono = run_setting("1b", n_seeds=2, horizon=1500, n_users=24, audit=True)
+    _same_data(combined, mono, skip=("elapsed",))
+    audit = [k for k in mono.attrs if k.startswith("audit_")]
+    assert "audit_ari_policy_truth" in audit and "audit_coclustering" in combined
+    assert {k: combined.attrs[k] for k in audit} == {k: mono.attrs[k] for k in audit}
+
+
+def test_cascade_cells_equal_one_monolithic_run(tmp_path):
+    from hierbandit.experiments.cascade import run_reproduction
+
+    pols = ["UCBBP", "random"]
+    params = {"n_users": [4, 6], "n_episodes": 12, "policies": pols, "seeds": 2}
+    params["seeds_per_cell"] = 1
+    run_experiment("cascade", out=tmp_path, params=params)
+    combined = _open(tmp_path / "results.nc")
+    mono = run_reproduction(n_seeds=2, n_users=[4, 6], n_episodes=12, policies=pols)
+    _same_data(combined, mono)
+
+
+def test_offline_cells_equal_one_monolithic_run(tmp_path):
+    from hierbandit.experiments.offline import run_offline
+
+    algos = ["Off-CLUB", "LinUCB_IND", "Off-C2LUB"]
+    cfg = {"n_users": 30, "n_test": 200, "grid_points": 4}
+    params = {
+        "parts": ["insufficient"],
+        "insufficient_sizes": [1200],
+        "sweep_sizes": [1600],
+        "algorithms": algos,
+        "seeds": 2,
+        **cfg,
+    }
+    run = run_experiment("offline", out=tmp_path, params=params)
+    assert any(k.startswith("semi-random") for k in run.computed)
+    common = {"n_seeds": 2, "algorithms": algos, "lambda_tilde_a": 1.0, **cfg}
+    eq = run_offline([1200, 1600], distribution="equal", **common)
+    grids = {int(s): eq["gamma"].sel(size=s).to_numpy() for s in eq.size.values}
+    idx = {int(s): int(eq["oracle_index"].sel(size=s)) for s in eq.size.values}
+    semi = run_offline(
+        [1200, 1600], distribution="semi-random", grids=grids, oracle_index=idx, **common
+    )
+    _same_data(_open(tmp_path / "insufficient_equal.nc"), eq, skip=("fit_seconds",))
+    _same_data(_open(tmp_path / "insufficient_semi-random.nc"), semi, skip=("fit_seconds",))
+
+
+def test_boc_trial_windows_equal_one_monolithic_run(tmp_path):
+    from hierbandit.envs.boc import synthetic_instance
+    from hierbandit.experiments.boc import run_part
+
+    params = {"parts": ["synthetic"], "kinds": ["easy"], "seeds": 3, "seeds_per_cell": 2}
+    params["max_pulls"] = 3000
+    run = run_experiment("boc", out=tmp_path, params=params)
+    assert sorted(run.computed) == ["synthetic-easy_trials-0-1", "synthetic-easy_trials-2-2"]
+    mono = run_part("synthetic", {"easy": synthetic_instance("easy")}, n_trials=3, max_pulls=3000)
+    _same_data(_open(tmp_path / "figure3_easy.nc"), mono["easy"], skip=("seconds",))
+
+
+# ---------------------------------------------------------------------- resumption
+def test_resume_reuses_finished_cells_and_refuses_another_configuration(tmp_path):
+    first = run_experiment("ebm-synthetic", out=tmp_path, params=TINY_EBM, max_cells=1)
+    assert len(first.computed) == 1 and not first.files
+    assert not (tmp_path / "summary.md").exists()
+    cell = tmp_path / "cells" / f"{first.computed[0]}.nc"
+    before = (cell.stat().st_mtime_ns, cell.read_bytes())
+    second = run_experiment("ebm-synthetic", out=tmp_path, params=TINY_EBM)
+    assert second.reused == first.computed and len(second.computed) == 2
+    assert (cell.stat().st_mtime_ns, cell.read_bytes()) == before
+    # more seeds reuse every finished seed
+    third = run_experiment("ebm-synthetic", out=tmp_path, params={**TINY_EBM, "seeds": 4})
+    assert len(third.reused) == 3 and len(third.computed) == 1
+    with pytest.raises(ValueError, match=r"different configuration \(parameters \['horizon'\]"):
+        run_experiment("ebm-synthetic", out=tmp_path, params={**TINY_EBM, "horizon": 61})
+    fresh = run_experiment("ebm-synthetic", out=tmp_path, params=TINY_EBM, restart=True)
+    assert len(fresh.computed) == 3 and not fresh.reused
+
+
+def test_a_corrupt_or_foreign_cell_file_is_recomputed(tmp_path):
+    run_experiment("ebm-synthetic", out=tmp_path, params=TINY_EBM)
+    cells = sorted((tmp_path / "cells").glob("*.nc"))
+    cells[0].write_bytes(b"not netcdf")
+    again = run_experiment("ebm-synthetic", out=tmp_path, params=TINY_EBM)
+    assert again.computed == [cells[0].stem] and len(again.reused) == 2
+
+
+def test_killed_sweep_resumes_without_recomputing_finished_cells(tmp_path):
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "hierbandit.cli", "experiment", "run", "ebm-synthetic",
+        "--out", str(out), "--no-progress", "--seeds", "4",
+        "--set", 'settings=["fig1-data-poor"]', "--set", 'policies=["EbmTS", "LinUCB"]',
+        "--set", "horizon=1500", "--set", "seeds_per_cell=1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cells = out / "cells"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not list(cells.glob("*.nc")):
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended early: {proc.stderr.read().decode()}")
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    finished = {p.name: p.read_bytes() for p in cells.glob("*.nc")}
+    assert finished and len(finished) < 4
+    params = {**TINY_EBM, "horizon": 1500, "seeds": 4}
+    resumed = run_experiment("ebm-synthetic", out=out, params=params)
+    assert sorted(f"{k}.nc" for k in resumed.reused) == sorted(finished)
+    assert {n: (cells / n).read_bytes() for n in finished} == finished
+    whole = run_experiment("ebm-synthetic", out=tmp_path / "whole", params=params)
+    _same_data(_open(out / "fig1-data-poor.nc"), _open(whole.files["fig1-data-poor_data"]))
+
+
+# ---------------------------------------------------------------------- executors
+def test_process_pool_and_dask_give_identical_results(tmp_path):
+    distributed = pytest.importorskip("dask.distributed")
+    ref = run_experiment("ebm-synthetic", out=tmp_path / "inproc", params=TINY_EBM)
+    pool = run_experiment("ebm-synthetic", out=tmp_path / "pool", params=TINY_EBM, workers=2)
+    assert pool.executor.startswith("process pool")
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        dask = run_experiment(
+            "ebm-synthetic",
+            out=tmp_path / "dask",
+            params=TINY_EBM,
+            scheduler=cluster.scheduler_address,
+        )
+    assert dask.executor.startswith("Dask")
+    base = _open(ref.files["fig1-data-poor_data"])
+    for other in (pool, dask):
+        assert len(other.computed) == 3
+        _same_data(_open(other.files["fig1-data-poor_data"]), base)
+        for key, ds in ref.results.items():
+            _same_data(other.results[key], ds)
+
+
+def test_executor_arguments_are_validated():
+    from hierbandit.experiments.executors import make_executor
+
+    with pytest.raises(ValueError, match="workers"):
+        make_executor(0)
+    with pytest.raises(ValueError, match="not both"):
+        make_executor(2, "tcp://127.0.0.1:1")
+    with pytest.raises(ValueError, match="scheduler"):
+        make_executor(1, "")
+
+
+# ---------------------------------------------------------------------- command line
+def test_cli_list_show_run_and_errors(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, ["experiment", "list"])
+    assert res.exit_code == 0
+    for name in NAMES:
+        assert name in res.output
+    res = runner.invoke(app, ["experiment", "show", "boc"])
+    assert res.exit_code == 0 and "table2_trials" in res.output
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(
+        "experiment: ebm-synthetic\nparams:\n  settings: [fig2-sparse]\n  policies: [EbmUCB]\n"
+        "  horizon: 40\n  seeds: 2\n"
+    )
+    out = tmp_path / "out"
+    res = runner.invoke(
+        app, ["experiment", "run", "ebm-synthetic", "--config", str(cfg), "--out", str(out),
+              "--no-progress", "--set", "seeds_per_cell=2"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "1 cells computed" in res.output and (out / "fig2-sparse.nc").is_file()
+    rerun = runner.invoke(
+        app,
+        ["experiment", "run", "ebm-synthetic", "--config", str(out / "config.toml"), "--out",
+         str(out), "--no-progress"],
+    )  # fmt: skip
+    assert rerun.exit_code == 0 and "0 cells computed, 1 reused" in rerun.output
+    for args, match in (
+        (["experiment", "run", "nope"], "experiment must be one of"),
+        (["experiment", "run", "sclub", "--set", "horizon=abc"], "params.horizon"),
+        (["experiment", "run", "sclub", "--config", str(cfg)], "is for experiment"),
+    ):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and match in res.output, res.output
