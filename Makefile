@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.9
 PYTEST_WORKERS ?= 2
 
-.PHONY: env run demo models test test-slow test-all bench figures lint lock clean
+.PHONY: env run demo models test test-slow test-all bench figures docs lint lock clean
 
 env: $(STAMP)
 
@@ -49,6 +49,10 @@ bench: env
 ## the ebm paper's Figure 1 (both settings) and Figure 2
 figures: env
 	$(BIN)/hierbandit ebm figures --seeds 20 --horizon 5000 --out results/ebm
+
+## the documentation site (Sphinx, warnings are errors), into docs/_build/html
+docs: env
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 lint: env
 	$(BIN)/ruff check .
