@@ -496,7 +496,11 @@ def write_offline_results(
         plt.close(fig)
         fig2 = pd.concat(rows)
         paths["figure2_csv"] = atomic_write(out / "figure2.csv", lambda t: fig2.to_csv(t))
-        _write_text(out / "figure2.md", _markdown(fig2.drop(columns="distribution")))
+        md = [
+            f"## {dist} distribution\n\n" + _markdown(t.drop(columns="distribution"))
+            for dist, t in zip(insufficient, rows, strict=True)
+        ]
+        _write_text(out / "figure2.md", "\n".join(md))
         equal = insufficient.get("equal")
         if equal is not None and sweep_sizes:
             paths["sweep"] = _plot_sweep(equal, sweep_sizes, out / "gamma_sweep.png", plt)
