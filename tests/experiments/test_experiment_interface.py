@@ -353,3 +353,19 @@ def test_cli_list_show_run_and_errors(tmp_path):
     ):
         res = runner.invoke(app, args)
         assert res.exit_code == 2 and match in res.output, res.output
+
+
+# ---------------------------------------------------------------------- every experiment, small
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_every_experiment_runs_at_small_scale(name, tmp_path):
+    """The documented small scale of every experiment: data, plots and a summary (minutes)."""
+    run = run_experiment(name, out=tmp_path, scale="small")
+    summary = (tmp_path / "summary.md").read_text()
+    assert run.files and not run.reused and summary.startswith("# ")
+    assert list(tmp_path.glob("*.png")) and list(tmp_path.glob("*.nc"))
+    for path in tmp_path.glob("*.nc"):
+        ds = _open(path)
+        assert ds.attrs["experiment"] == name and ds.attrs["hierbandit_version"]
+        assert json.loads(ds.attrs["experiment_config"])["scale"] == "small"
+    print(f"{name}: {run.seconds:.0f} s for {len(run.computed)} cells")
