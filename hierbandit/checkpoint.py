@@ -26,16 +26,22 @@ previous checkpoint intact.
 
 Attributes that cannot be meaningfully saved (locks) are recreated on restore: a class lists
 them in ``_checkpoint_transient`` as ``{name: factory}``.
+
+:class:`SharedStateMixin` gives a class a per-object re-entrant lock held by its public
+methods, lock-free copies and pickles, and ``save``/``load`` methods built on this module; the
+online policies, the clustering and cascade policies and the pure-exploration algorithms use it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import os
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import xarray as xr
@@ -43,7 +49,7 @@ import xarray as xr
 from . import __version__
 from ._io import atomic_write
 
-__all__ = ["FORMAT_VERSION", "load_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT_VERSION", "SharedStateMixin", "load_checkpoint", "save_checkpoint"]
 
 #: version of the checkpoint layout; bumped on incompatible changes
 FORMAT_VERSION = 1
@@ -302,3 +308,77 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Any:
         )
     state = json.loads(attrs[_ATTR])
     return _Decoder(tree.to_dataset(inherit=False), tree).decode(state)
+
+
+# ---------------------------------------------------------------------- shared objects
+
+
+def _holding_lock(method: Any) -> Any:
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    wrapper._holds_lock = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+class SharedStateMixin:
+    """A re-entrant lock per object, locked public methods, copies and checkpoints.
+
+    Every instance gets its own :class:`threading.RLock` as ``_lock`` (created in ``__new__``,
+    so also for objects rebuilt by :mod:`copy`, :mod:`pickle` and checkpoints). The methods a
+    class names in ``_locked_methods`` (and their overrides in subclasses) hold the lock for
+    the whole call, so calls on one shared object are serialised. Copies and pickles get a
+    fresh lock (a lock cannot be copied). ``save(path)`` writes a checkpoint holding the lock;
+    ``cls.load(path)`` restores one and checks its class.
+    """
+
+    #: attributes recreated (not stored) by copies and checkpoints: ``{name: factory}``
+    _checkpoint_transient: ClassVar[dict[str, Any]] = {"_lock": threading.RLock}
+    #: public methods that hold the lock (wrapped in every subclass that defines them)
+    _locked_methods: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls._locked_methods:
+            method = cls.__dict__.get(name)
+            if (
+                callable(method)
+                and not getattr(method, "_holds_lock", False)
+                and not getattr(method, "__isabstractmethod__", False)
+            ):
+                setattr(cls, name, _holding_lock(method))
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        obj = super().__new__(cls)
+        obj._lock = threading.RLock()
+        return obj
+
+    def __getstate__(self) -> dict[str, Any]:
+        # copies and process pools get a fresh lock (a lock cannot be copied or pickled)
+        state = self.__dict__.copy()
+        for name in self._checkpoint_transient:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for name, factory in self._checkpoint_transient.items():
+            setattr(self, name, factory())
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write a checkpoint of the full state to ``path`` (``.nc``), atomically.
+
+        The state (statistics, hyperparameters, counters, configuration and random-generator
+        states) is read while holding the object's lock (:mod:`hierbandit.checkpoint`).
+        """
+        return save_checkpoint(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Any:
+        """Restore an object saved with :meth:`save`; it must be an instance of ``cls``."""
+        obj = load_checkpoint(path)
+        if not isinstance(obj, cls):
+            raise TypeError(f"{path} holds a {type(obj).__name__}, not a {cls.__name__}")
+        return obj

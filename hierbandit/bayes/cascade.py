@@ -40,6 +40,7 @@ from scipy.special import expit
 
 from .._io import atomic_write, decode_attrs, netcdf_attrs, write_json
 from .._validation import (
+    MAX_ABS,
     _as_float_array,
     check_choice,
     check_covariance,
@@ -336,6 +337,13 @@ def read_cascade_log(
         bad = int(np.flatnonzero((cl != 0) & (cl != 1))[0])
         raise ValueError(f"click column {click!r} must hold 0/1, got {cl[bad]!r} at row {bad}")
     X = np.column_stack([_numeric(frame[f], f, "feature") for f in feats])
+    big = np.abs(X) > MAX_ABS  # squares of larger contexts overflow the information matrix
+    if big.any():
+        r, c = (int(v[0]) for v in np.nonzero(big))
+        raise ValueError(
+            f"feature column {feats[c]!r} must have magnitude <= {MAX_ABS:g}, got "
+            f"{X[r, c]:g} at row {r}"
+        )
     pos = pos - position_base
     if np.any(pos < 0):
         raise ValueError(f"position column {position!r} must start at {position_base}")
@@ -500,7 +508,7 @@ class CascadePrior:
     Parameters
     ----------
     dataset : xarray.Dataset
-        ``mean`` (param) and ``cov`` (param, param_); attributes hold the provenance.
+        ``mean`` (param) and ``cov`` ``(param, param_)``; attributes hold the provenance.
     idata : arviz.InferenceData, optional
         The NUTS run of an ``"mcmc"`` fit.
     """
@@ -1017,7 +1025,7 @@ def compare_laplace_nuts(
     n_predict : int
         Held-out rows ``[x; onehot(k)]`` (``x ~ N(0, I)``, uniform ``k``) for the predictions.
     tolerance : float
-        |z| bound (in MCSE) for the Laplace means (default 4).
+        ``|z|`` bound (in MCSE) for the Laplace means (default 4).
     find_map : bool
         Also check ``pymc.find_MAP`` against the Newton MAP.
 

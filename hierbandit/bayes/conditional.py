@@ -221,11 +221,12 @@ def closed_form_posterior(log: Any, Sigma: Any, sigma2: Any, lam: float) -> xr.D
     Returns
     -------
     xarray.Dataset
-        ``mean``, ``sd`` (arm, instance, feature); ``cov`` (arm, instance, feature, feature_);
-        ``shared_mean``, ``shared_sd`` (arm, feature); ``shared_cov`` (arm, feature, feature_);
-        the cross-covariances ``cov_with_shared`` = Cov(β_{k,j}, β_{k0}) (arm, instance, feature,
-        feature_) and ``cov_between`` = Cov(β_{k,j}, β_{k,l}) (arm, instance, instance_, feature,
-        feature_); ``n_rows`` (arm, instance). Attributes record λ; ``sigma2`` is a variable (arm).
+        ``mean``, ``sd`` (arm, instance, feature); ``cov`` ``(arm, instance, feature, feature_)``;
+        ``shared_mean``, ``shared_sd`` (arm, feature); ``shared_cov`` ``(arm, feature, feature_)``;
+        the cross-covariances ``cov_with_shared`` = Cov(β_{k,j}, β_{k0})
+        ``(arm, instance, feature, feature_)`` and ``cov_between`` = Cov(β_{k,j}, β_{k,l})
+        ``(arm, instance, instance_, feature, feature_)``; ``n_rows`` (arm, instance). Attributes
+        record λ; ``sigma2`` is a variable (arm).
     """
     log = _as_log(log)
     a = _log_arrays(log)
@@ -323,7 +324,7 @@ class ClosedFormComparison:
     diagnostics : Diagnostics
         Convergence diagnostics of the run (:func:`~hierbandit.bayes.diagnose`).
     tolerance : float
-        The |z| bound of the ``ok`` column.
+        The ``|z|`` bound of the ``ok`` column.
     settings : dict
         Sampler settings and the sampling wall time in seconds (``"wall_time"``).
     """
@@ -347,7 +348,7 @@ class ClosedFormComparison:
 
     @property
     def max_abs_z(self) -> float:
-        """The largest |z| over all means and sds."""
+        """The largest ``|z|`` over all means and sds."""
         z = self.table[["z_mean", "z_sd"]].abs().to_numpy()
         return float(np.nanmax(z)) if z.size else float("nan")
 
@@ -605,7 +606,7 @@ def compare_closed_form(
     instance, arm, reward, features
         Column names for :func:`~hierbandit.data.read_log`.
     tolerance : float
-        Largest acceptable |z| (in MCSE units) for every mean and sd (spec §8.3: 4).
+        Largest acceptable ``|z|`` (in MCSE units) for every mean and sd (spec §8.3: 4).
     parameterization : {"noncentered", "centered"}
         Passed to :func:`conditional_model`.
     dense_mass : bool
@@ -635,7 +636,7 @@ def compare_closed_form(
 
     Notes
     -----
-    The closed form is exact given the hyperparameters, so every |z| should look like a draw
+    The closed form is exact given the hyperparameters, so every ``|z|`` should look like a draw
     from (roughly) a standard normal; with a few hundred parameters a bound of 4 fails by
     chance with probability of order 1 %. Check :attr:`ClosedFormComparison.verdict`: when the
     diagnostics fail the run is a sampler problem, not evidence against the formulas.

@@ -220,7 +220,7 @@ class GMMDiagnostic:
         return bool(lo >= 1.0 - eps and hi <= eps)
 
     def to_xarray(self) -> xr.Dataset:
-        """``coclustering`` (arm, arm_), ``labels``/``arm_agreement`` (arm); scalars as attrs."""
+        """``coclustering`` ``(arm, arm_)``, ``labels``/``arm_agreement`` (arm); scalars: attrs."""
         M = self.labels.size
         return xr.Dataset(
             {

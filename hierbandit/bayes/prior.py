@@ -52,9 +52,9 @@ class HierarchicalPrior:
     Parameters
     ----------
     dataset : xarray.Dataset
-        Variables ``shared_mean`` (arm, feature), ``shared_cov`` (arm, feature, feature_),
-        ``Sigma`` (arm, feature, feature_), ``sigma2`` (arm), optionally more (diagnostics of the
-        fit); attributes hold the provenance (method, λ, data hash, package version…).
+        Variables ``shared_mean`` (arm, feature), ``shared_cov`` ``(arm, feature, feature_)``,
+        ``Sigma`` ``(arm, feature, feature_)``, ``sigma2`` (arm), optionally more (diagnostics of
+        the fit); attributes hold the provenance (method, λ, data hash, package version…).
     idata : arviz.InferenceData, optional
         Posterior draws of a full-Bayes fit.
     """

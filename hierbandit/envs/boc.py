@@ -203,6 +203,10 @@ class ClusterBandit:
         ``s = sqrt(D*/target)``.
         """
         target = check_scalar(target_hardness, "target_hardness", low=0.0, low_inclusive=False)
+        if self.hardness == 0.0:
+            raise ValueError(
+                "target_hardness: an instance with one cluster has D* = 0 whatever its scale"
+            )
         s = np.sqrt(self.hardness / target)
         return ClusterBandit(self.labels, self.centres * s, name=name or self.name)
 

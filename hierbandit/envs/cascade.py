@@ -36,6 +36,7 @@ import xarray as xr
 from scipy.special import expit
 
 from .._validation import (
+    MAX_ABS,
     _as_float_array,
     as_generator,
     check_choice,
@@ -473,6 +474,8 @@ class CascadeEnv:
             )
         if not np.all(np.isfinite(X)):
             raise ValueError("contexts must be finite (no NaN or inf)")
+        if X.size and np.max(np.abs(X)) > MAX_ABS:
+            raise ValueError(f"contexts must have magnitude <= {MAX_ABS:g}")
         return X
 
     # ------------------------------------------------------------------ randomness

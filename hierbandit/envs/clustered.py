@@ -337,7 +337,7 @@ class ClusteredLinearEnv(_ItemEnv):
     frequency : {"uniform", "half", "arbitrary"} or array_like, default "uniform"
         User frequencies, see :func:`frequency_vector`: settings (1a), (1b), (1c).
     reward : {"bernoulli", "gaussian"}, default "bernoulli"
-        Bernoulli(θᵀx) rewards (the reference code) or θᵀx + N(0, ``noise_sd``²).
+        Bernoulli(θᵀx) rewards (the reference code) or θᵀx + N(0, ``noise_sd ** 2``).
     noise_sd : float, default 0.1
         Standard deviation of the Gaussian rewards.
     rng : seed or Generator

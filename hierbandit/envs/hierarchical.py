@@ -405,7 +405,7 @@ class HierarchicalLinearEnv:
         -------
         xarray.Dataset
             ``beta`` (arm, instance, feature), ``shared_mean`` (arm, feature), ``Sigma``
-            (arm, feature, feature_), ``noise_var`` (arm) and ``arrival_probs`` (instance).
+            ``(arm, feature, feature_)``, ``noise_var`` (arm) and ``arrival_probs`` (instance).
         """
         K, N, d = self.beta.shape
         contexts = self.contexts if isinstance(self.contexts, str) else "empirical"

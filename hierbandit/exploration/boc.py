@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import xarray as xr
@@ -53,6 +53,7 @@ from .._validation import (
     check_scalar,
     check_vector,
 )
+from ..checkpoint import SharedStateMixin
 from . import _kernels as kern
 from ._checks import check_alt_pairs
 from .kmeans import FIRST_SEEDS, resolve_first
@@ -162,8 +163,14 @@ def _canonical(labels: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.
     return rank[labels], centres[order]
 
 
-class ClusteringExplorer(ParamsMixin):
+class ClusteringExplorer(SharedStateMixin, ParamsMixin):
     """Shared state, estimator, stopping and recommendation rules of BOC, Uniform and Oracle.
+
+    The step-level methods (``next_arm``, ``observe``, ``statistic``, ``threshold_value``,
+    ``should_stop``, ``recommend``, ``state``, ``reset``) and ``run`` hold the explorer's
+    re-entrant lock. ``save(path)`` checkpoints the full state between steps (counts, sums,
+    the current estimate and target, counters, the pending choice and the random generator);
+    ``BOC.load(path)`` restores an explorer that continues exactly (:mod:`hierbandit.checkpoint`).
 
     Parameters
     ----------
@@ -188,6 +195,17 @@ class ClusteringExplorer(ParamsMixin):
     name = "explorer"
     #: whether the sampling rule contains forced exploration
     _forced = True
+    _locked_methods: ClassVar[tuple[str, ...]] = (
+        "next_arm",
+        "observe",
+        "statistic",
+        "threshold_value",
+        "should_stop",
+        "recommend",
+        "state",
+        "reset",
+        "run",
+    )
 
     def __init__(
         self,

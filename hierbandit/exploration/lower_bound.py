@@ -32,6 +32,7 @@ fallback should the barrier method ever fail to converge. Then ``D* = 2 Σ x*``,
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,8 @@ def inner_value(labels: Any, centres: Any, lam: Any, *, alt_pairs: str = "correc
     if np.any(lam < 0):
         raise ValueError("lam must be non-negative")
     check_alt_pairs(alt_pairs)
+    if K == 1:
+        return math.inf  # one cluster: Alt(c) is empty
     w = np.bincount(c, weights=lam, minlength=K)
     wmin = np.full(K, np.inf)
     np.minimum.at(wmin, c, lam)
@@ -231,6 +234,20 @@ def optimal_allocation(
     U = check_centres(centres, K)
     check_alt_pairs(alt_pairs)
     check_choice(solver, SOLVERS, "solver")
+    if K == 1:
+        # one cluster: no alternative partition, so the infimum over Alt(c) is +∞ and
+        # D* = 0 (any run may stop at once); every allocation is optimal, λ* is uniform
+        M = c.size
+        return LowerBound(
+            hardness=0.0,
+            w=np.ones(1),
+            lam=np.full(M, 1.0 / M),
+            labels=c,
+            centres=U,
+            alt_pairs=alt_pairs,
+            solver=solver,
+            info={"single_cluster": True},
+        )
     nk = np.bincount(c, minlength=K).astype(float)
     ks, kps = kern.pair_set(nk, alt_pairs == "corrected")
     rhs = ((U[ks] - U[kps]) ** 2).sum(-1)
@@ -307,6 +324,8 @@ def brute_force_inner(labels: Any, centres: Any, lam: Any) -> tuple[float, np.nd
     lam = check_vector(lam, c.size, "lam")
     if c.size > 10 or K**c.size > 2_000_000:
         raise ValueError("brute force is limited to K^M <= 2e6 and M <= 10")
+    if K == 1:
+        raise ValueError("labels: with one cluster there is no alternative partition")
     alts = _alternative_labellings(c, K)
     cost = _cost_and_grad(alts, U[c], lam, K)[0]
     i = int(np.argmin(cost))
@@ -363,6 +382,8 @@ def brute_force_hardness(labels: Any, centres: Any, *, tol: float = 1e-12) -> Lo
     M = c.size
     if M > 8 or K**M > 100_000:
         raise ValueError("brute_force_hardness is limited to M <= 8 and K^M <= 1e5")
+    if K == 1:  # no alternative partition: D* = 0, as in optimal_allocation
+        return optimal_allocation(c, U)
     alts = _canonical_rows(_alternative_labellings(c, K))
     arm_means = U[c]
     lam0 = np.full(M, 1.0 / M)

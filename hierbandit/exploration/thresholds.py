@@ -123,7 +123,11 @@ def beta_heuristic(
 
 
 def kl_bernoulli_delta(*, delta: Any = None, log_inv_delta: Any = None) -> float:
-    """d_KL(δ, 1 − δ) = (1 − 2δ) log((1 − δ)/δ), computed from log(1/δ) without underflow."""
+    """d_KL(δ, 1 − δ) = (1 − 2δ) log((1 − δ)/δ), computed from log(1/δ) without underflow.
+
+    ``1 − δ = −expm1(−L)`` keeps full precision for every ``L > 0``, also when δ rounds to 1
+    (``L`` below the float spacing near 1), where ``log1p(−δ)`` would fail.
+    """
     L = log_inv_delta_of(delta, log_inv_delta)
     d = math.exp(-L)
-    return float((1.0 - 2.0 * d) * (L + math.log1p(-d)))
+    return float((1.0 - 2.0 * d) * (L + math.log(-math.expm1(-L))))

@@ -198,8 +198,8 @@ class SCLUBOffline(_ClusterModel):
     splits out, as a singleton, each member of a non-singleton cluster with
     ‖θ̂_u − θ̃^j‖ > α_θ(F(N_u) + F(T̃^j)) or a frequency inconsistency; a *merge pass* then
     repeatedly merges the lowest-index cluster with its lowest-index consistent partner
-    (‖θ̂^{j₁} − θ̂^{j₂}‖ < α_θ/2·(F(T^{j₁}) + F(T^{j₂})) and |p̂^{j₁} − p̂^{j₂}| < α_p F(τ),
-    p̂^j = T^j/(|C^j|τ)) until none is left. Passes repeat until the partition is stable
+    (‖θ̂^{j₁} − θ̂^{j₂}‖ < α_θ/2·(F(T^{j₁}) + F(T^{j₂})) and ``|p̂^{j₁} − p̂^{j₂}|`` < α_p F(τ),
+    ``p̂^j = T^j/(|C^j|τ)``) until none is left. Passes repeat until the partition is stable
     (at most ``max_passes``), or until a partition recurs (the passes can cycle between two
     partitions, each a fixed point of the other's pass). Optimistic decision on cluster
     statistics.
@@ -214,8 +214,8 @@ class SCLUBOffline(_ClusterModel):
     use_frequency : bool, default True
         Apply the frequency tests.
     freq_test : {"pairwise", "cluster_avg"}, default "pairwise"
-        Split if ∃ i' ∈ C^j: |p̂_u − p̂_{i'}| > 2α_p F(τ) (paper), or if
-        |p̂_u − p̂^j| > α_p F(τ) (reference code).
+        Split if ∃ i' ∈ C^j: ``|p̂_u − p̂_{i'}|`` > 2α_p F(τ) (paper), or if
+        ``|p̂_u − p̂^j|`` > α_p F(τ) (reference code).
     max_passes : int, default 50
     lam, delta : float, default 0.5, 0.01
     rng : seed or Generator
@@ -361,7 +361,7 @@ class DBSCANImprove(_ClusterModel):
     ----------
     eps : float or "auto", default "auto"
         Neighbourhood radius. ``"auto"``: ``eps_scale`` times the median k-distance (distance
-        from each θ̂_u to its (``min_samples``−1)-th nearest other user), a simple reading of
+        from each θ̂_u to its (``min_samples − 1``)-th nearest other user), a simple reading of
         the k-distance plot that Schubert et al. (2017) recommend for choosing eps.
     min_samples : int, default 2
     eps_scale : float, default 2.0

@@ -11,8 +11,9 @@ column and one column per feature (:meth:`OfflineDataset.to_frame`,
 DataFrame, a CSV/Parquet/netCDF file) through :func:`hierbandit.data.read_log`.
 
 Every check happens when a dataset is built, and names the argument at fault: non-integer or
-out-of-range user ids, a feature matrix of the wrong width, NaN or infinite features or rewards
-(the row is reported), mismatched lengths, or truth of the wrong shape.
+out-of-range user ids, a feature matrix of the wrong width, NaN or infinite features or rewards,
+or values above ``hierbandit._validation.MAX_ABS`` = 1e100 in magnitude (the row is reported),
+mismatched lengths, or truth of the wrong shape.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._validation import check_positive_int
+from .._validation import MAX_ABS, check_positive_int
 from ..stats.suffstats import SuffStats
 from ._core import user_suffstats
 
@@ -99,6 +100,9 @@ class OfflineDataset:
         bad = ~np.isfinite(X).all(axis=1)
         if bad.any():
             raise ValueError(f"X must be finite (no NaN or inf); row {_first_bad(bad)} is not")
+        bad = (np.abs(X) > MAX_ABS).any(axis=1)
+        if bad.any():
+            raise ValueError(f"X must have magnitude <= {MAX_ABS:g}; row {_first_bad(bad)} has not")
         r = np.asarray(self.rewards)
         if r.dtype.kind not in "iuf":
             raise TypeError(f"rewards must be numeric, got dtype {r.dtype}")
@@ -109,6 +113,11 @@ class OfflineDataset:
         if bad.any():
             raise ValueError(
                 f"rewards must be finite (no NaN or inf); row {_first_bad(bad)} is not"
+            )
+        bad = np.abs(r) > MAX_ABS
+        if bad.any():
+            raise ValueError(
+                f"rewards must have magnitude <= {MAX_ABS:g}; row {_first_bad(bad)} has not"
             )
         u = np.asarray(self.users)
         if u.shape != (n,):
@@ -173,7 +182,7 @@ class OfflineDataset:
     # ------------------------------------------------------------------ sizes
     @property
     def n_rows(self) -> int:
-        """Number of logged interactions |D|."""
+        """Number of logged interactions ``|D|``."""
         return int(self.X.shape[0])
 
     @property

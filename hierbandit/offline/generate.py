@@ -32,7 +32,14 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .._validation import as_generator, check_choice, check_positive_int, check_scalar
+from .._validation import (
+    MAX_ABS,
+    _as_float_array,
+    as_generator,
+    check_choice,
+    check_positive_int,
+    check_scalar,
+)
 from .dataset import OfflineDataset
 
 __all__ = [
@@ -48,6 +55,8 @@ __all__ = [
 
 USER_DISTRIBUTIONS = ("equal", "semi-random", "random")
 LOGGING_POLICIES = ("random", "linucb")
+#: largest θ array (entries) the generators build
+_MAX_ENTRIES = 10**8
 _CHUNK = 50_000
 
 
@@ -76,6 +85,11 @@ def cluster_thetas(
     d = check_positive_int(n_features, "n_features")
     if J > U:
         raise ValueError(f"n_clusters must be <= n_users, got {J} > {U}")
+    if U * d > _MAX_ENTRIES:
+        raise ValueError(
+            f"n_users × n_features = {U * d:.3g} exceeds {_MAX_ENTRIES:.0e} (θ would not fit in "
+            "memory)"
+        )
     centres = unit_vectors(as_generator(rng), (J, d))
     labels = (np.arange(U) * J) // U
     return centres[labels], labels.astype(np.int64)
@@ -84,15 +98,22 @@ def cluster_thetas(
 def user_probabilities(labels: Any, distribution: str = "equal", rng: Any = None) -> np.ndarray:
     """Probability that a sample belongs to each user ([OFF] App. E.1; spec §A7.4).
 
-    ``"equal"``: 1/U. ``"semi-random"``: p_{j_u} / |V(j_u)| with cluster masses
+    ``"equal"``: 1/U. ``"semi-random"``: ``p_{j_u} / |V(j_u)|`` with cluster masses
     p ~ Dirichlet(1_J) (the paper leaves the law of p open; this is the spec's choice, as in the
     SCLUB reference code). ``"random"``: p ~ Dirichlet(1_U) over users.
     """
     check_choice(distribution, USER_DISTRIBUTIONS, "distribution")
-    labels = np.asarray(labels, dtype=np.int64)
-    U = labels.size
+    if isinstance(labels, str | bytes) or labels is None:
+        raise TypeError(f"labels must be an array of integer cluster labels, got {labels!r}")
+    arr = np.asarray(labels)
+    if arr.ndim != 1:
+        raise ValueError(f"labels must be a 1-d array, got shape {arr.shape}")
+    U = arr.size
     if U == 0:
         raise ValueError("labels must not be empty")
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"labels must hold integer cluster labels, got dtype {arr.dtype}")
+    labels = arr.astype(np.int64)
     if distribution == "equal":
         return np.full(U, 1.0 / U)
     gen = as_generator(rng)
@@ -174,14 +195,14 @@ def generate_offline(
 
     Each sample draws its user u from ``user_probs`` (default uniform), a candidate set of
     ``n_candidates`` unit-normalised Gaussian items, the logged action a by the logging policy
-    and the reward r = ⟨θ_u, a⟩ + ε, ε ~ N(0, ``noise_sd``²) ([OFF] App. E.1, E.3).
+    and the reward r = ⟨θ_u, a⟩ + ε, ε ~ N(0, ``noise_sd ** 2``) ([OFF] App. E.1, E.3).
 
     Parameters
     ----------
     theta : array_like, shape (U, d)
         True preference vectors.
     n_samples : int
-        Number of logged rows (the training half of |D|).
+        Number of logged rows (the training half of ``|D|``).
     user_probs : array_like, shape (U,), optional
         Probability of each user (see :func:`user_probabilities`); default uniform.
     labels : array_like of int, shape (U,), optional
@@ -206,9 +227,11 @@ def generate_offline(
     OfflineDataset
         With ``theta``, ``labels`` (if given) and the generator settings in ``attrs``.
     """
-    theta = np.asarray(theta, dtype=np.float64)
+    theta = _as_float_array(theta, "theta")
     if theta.ndim != 2 or not np.all(np.isfinite(theta)):
         raise ValueError(f"theta must be a finite (n_users, d) array, got shape {theta.shape}")
+    if theta.size and np.max(np.abs(theta)) > MAX_ABS:
+        raise ValueError(f"theta must have magnitude <= {MAX_ABS:g}")
     U, d = theta.shape
     n = check_positive_int(n_samples, "n_samples")
     logging = check_choice(logging, LOGGING_POLICIES, "logging")
@@ -343,8 +366,8 @@ def make_problem(
     rng: Any = None,
     **logging_kwargs: Any,
 ) -> tuple[OfflineDataset, OfflineTestSet]:
-    """One experiment instance: the first half of |D| = ``dataset_size`` logged as the offline
-    dataset, the second half as the test set (capped at ``n_test`` decisions if given).
+    """One experiment instance: the first half of ``|D|`` = ``dataset_size`` logged as the
+    offline dataset, the second half as the test set (capped at ``n_test`` decisions if given).
 
     The training rows and the test stream come from separate child streams of ``rng``.
     """

@@ -18,11 +18,8 @@ continues exactly as the original would have (:mod:`hierbandit.checkpoint`).
 
 from __future__ import annotations
 
-import functools
 import os
-import threading
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,8 +35,9 @@ from .._validation import (
     check_scalar,
     check_vector,
 )
+from ..checkpoint import SharedStateMixin
 
-__all__ = ["Policy", "hyperparameter_dataset", "posterior_dataset"]
+__all__ = ["Policy", "SharedStateMixin", "hyperparameter_dataset", "posterior_dataset"]
 
 
 def _coords(n_arms: int, n_instances: int | None, n_features: int) -> dict[str, np.ndarray]:
@@ -54,7 +52,7 @@ def _coords(n_arms: int, n_instances: int | None, n_features: int) -> dict[str, 
 
 
 def posterior_dataset(mean: np.ndarray, cov: np.ndarray, **attrs: Any) -> xr.Dataset:
-    """Wrap ``mean`` (arm, instance, feature) and ``cov`` (arm, instance, feature, feature_)."""
+    """Wrap ``mean`` (arm, instance, feature) and ``cov`` ``(arm, instance, feature, feature_)``."""
     K, N, d = mean.shape
     return xr.Dataset(
         {
@@ -69,7 +67,7 @@ def posterior_dataset(mean: np.ndarray, cov: np.ndarray, **attrs: Any) -> xr.Dat
 def hyperparameter_dataset(
     Sigma: np.ndarray, sigma2: np.ndarray, extra: dict[str, Any] | None = None, **attrs: Any
 ) -> xr.Dataset:
-    """Wrap ``Sigma`` (arm, feature, feature_) and ``sigma2`` (arm), plus per-arm extras.
+    """Wrap ``Sigma`` ``(arm, feature, feature_)`` and ``sigma2`` (arm), plus per-arm extras.
 
     ``extra`` maps a name to either an array with a leading arm axis (shape ``(K,)`` or
     ``(K, d)``) or a ``(dims, values)`` tuple.
@@ -94,17 +92,7 @@ def hyperparameter_dataset(
 MAX_STATE_ENTRIES = 10**8
 
 
-def _holding_lock(method: Any) -> Any:
-    @functools.wraps(method)
-    def wrapper(self: Policy, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    wrapper._holds_lock = True  # type: ignore[attr-defined]
-    return wrapper
-
-
-class Policy(ParamsMixin, ABC):
+class Policy(SharedStateMixin, ParamsMixin, ABC):
     """Base class of the online policies.
 
     Parameters
@@ -122,16 +110,9 @@ class Policy(ParamsMixin, ABC):
 
     #: number of independent child random streams a subclass needs (tie-breaks use the first)
     _n_streams = 1
-    #: attributes recreated (not stored) by checkpoints
-    _checkpoint_transient: ClassVar[dict[str, Any]] = {"_lock": threading.RLock}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # the read-outs of a subclass hold the policy lock too (see the module docstring)
-        for name in ("posterior", "hyperparameters"):
-            method = cls.__dict__.get(name)
-            if method is not None and not getattr(method, "_holds_lock", False):
-                setattr(cls, name, _holding_lock(method))
+    # the read-outs of a subclass hold the policy lock too (see the module docstring);
+    # select/update validate outside the lock and take it themselves
+    _locked_methods: ClassVar[tuple[str, ...]] = ("posterior", "hyperparameters")
 
     def __init__(
         self,
@@ -158,7 +139,6 @@ class Policy(ParamsMixin, ABC):
         self._streams = streams
         #: number of updates seen so far; the round being decided is ``t + 1``
         self.t = 0
-        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ public API
     def select(self, instance: int, context: Any) -> int:
@@ -183,35 +163,12 @@ class Policy(ParamsMixin, ABC):
 
     @abstractmethod
     def hyperparameters(self) -> xr.Dataset:
-        """Current hyperparameters: ``Sigma`` (arm, feature, feature_) and ``sigma2`` (arm)."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        # copies and process pools get a fresh lock (a lock cannot be copied or pickled)
-        state = self.__dict__.copy()
-        for name in self._checkpoint_transient:
-            state.pop(name, None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        for name, factory in self._checkpoint_transient.items():
-            setattr(self, name, factory())
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write a checkpoint of the full state to ``path`` (``.nc``), atomically."""
-        from ..checkpoint import save_checkpoint
-
-        return save_checkpoint(self, path)
+        """Current hyperparameters: ``Sigma`` ``(arm, feature, feature_)`` and ``sigma2`` (arm)."""
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Policy:
         """Restore a policy saved with :meth:`save`; it must be an instance of ``cls``."""
-        from ..checkpoint import load_checkpoint
-
-        obj = load_checkpoint(path)
-        if not isinstance(obj, cls):
-            raise TypeError(f"{path} holds a {type(obj).__name__}, not a {cls.__name__}")
-        return obj
+        return super().load(path)
 
     def __repr__(self) -> str:
         return (

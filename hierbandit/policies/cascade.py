@@ -39,7 +39,7 @@ default (``beta="theory"`` gives Theorem 5.2's radius), round-robin warm-up is
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -49,6 +49,7 @@ from scipy.special import expit
 
 from .._params import ParamsMixin
 from .._validation import (
+    MAX_ABS,
     _as_float_array,
     as_generator,
     check_choice,
@@ -60,6 +61,7 @@ from .._validation import (
 )
 from ..envs.cascade import _backward_plan, backward_plan, check_rewards, slate_value
 from ..stats.logistic import UPDATES, OnlineLogistic, joint_quadform
+from .base import SharedStateMixin
 
 __all__ = [
     "AUCBBP",
@@ -196,6 +198,8 @@ def _check_contexts(contexts: Any, n_features: int) -> np.ndarray:
         )
     if not np.all(np.isfinite(X)):
         raise ValueError("contexts must be finite (no NaN or inf)")
+    if np.max(np.abs(X)) > MAX_ABS:
+        raise ValueError(f"contexts must have magnitude <= {MAX_ABS:g}")
     return X
 
 
@@ -237,8 +241,17 @@ def _param_labels(d: int, K: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------- base class
-class CascadePolicy(ParamsMixin, ABC):
+class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
     """Base class of the episode-level cascading policies.
+
+    Thread safety and checkpoints: ``start_episode``, ``select``, ``recommend``, ``update``,
+    ``posterior`` and ``save`` hold the policy's re-entrant lock, so concurrent calls are
+    serialised and the state equals that of the same calls made one after another in the
+    order they took the lock. The step-wise protocol (``start_episode``, then ``select`` per
+    step) keeps one episode in progress per policy, so threads sharing a policy should use
+    :meth:`recommend` (one call per episode) and :meth:`update`, which need no episode in
+    progress. ``save(path)`` / ``load(path)`` write and restore the full state
+    (:mod:`hierbandit.checkpoint`).
 
     Parameters
     ----------
@@ -258,6 +271,13 @@ class CascadePolicy(ParamsMixin, ABC):
     #: the episode's arms do not depend on who is still active (then regret is exact)
     open_loop: bool = True
     _n_streams = 2
+    _locked_methods: ClassVar[tuple[str, ...]] = (
+        "start_episode",
+        "select",
+        "recommend",
+        "update",
+        "posterior",
+    )
 
     def __init__(
         self,
@@ -336,7 +356,7 @@ class CascadePolicy(ParamsMixin, ABC):
 
     @abstractmethod
     def posterior(self) -> xr.Dataset:
-        """The current belief about θ: ``mean`` (param) and ``cov`` (param, param_)."""
+        """The current belief about θ: ``mean`` (param) and ``cov`` ``(param, param_)``."""
 
     def __repr__(self) -> str:
         return (

@@ -44,6 +44,8 @@ import xarray as xr
 from numba import njit
 
 from .._validation import (
+    MAX_ABS,
+    _as_float_array,
     as_generator,
     check_choice,
     check_index,
@@ -61,6 +63,7 @@ from ..stats.cluster_stats import (
     cs_split_user,
 )
 from ..stats.ridge import RidgeStats, ridge_add, suff_add
+from .base import MAX_STATE_ENTRIES, SharedStateMixin
 
 __all__ = [
     "CLUB",
@@ -792,8 +795,17 @@ def _check_every(value: Any, name: str) -> int:
 # ---------------------------------------------------------------------- base class
 
 
-class ClusteringPolicy:
+class ClusteringPolicy(SharedStateMixin):
     """Shared API of the clustering bandits (validated select/update, clusters, clone).
+
+    Thread safety and checkpoints: ``select``, ``update``, ``run``, ``clusters``,
+    ``user_stats`` and ``save`` hold the policy's re-entrant lock, so one policy can be shared
+    by threads (calls are serialised; the result equals that of the same calls made one after
+    another in the order they took the lock). ``save(path)`` writes the full state (user and
+    cluster statistics, the partition, pivots, checked flags, the CLUB graph, counters and the
+    random-generator states) to netCDF atomically, and ``SCLUB.load(path)`` restores a policy
+    that continues exactly (:mod:`hierbandit.checkpoint`). The unchecked ``_select``,
+    ``_update`` and ``_run`` take no lock.
 
     Parameters
     ----------
@@ -822,6 +834,13 @@ class ClusteringPolicy:
     _n_streams = 1
     #: constructor arguments of the reference-code configuration (see :meth:`reference`)
     _REFERENCE: ClassVar[dict[str, Any]] = {"bonus": "no_sqrt"}
+    _locked_methods: ClassVar[tuple[str, ...]] = (
+        "select",
+        "update",
+        "run",
+        "clusters",
+        "user_stats",
+    )
 
     def __init__(
         self,
@@ -835,8 +854,16 @@ class ClusteringPolicy:
         tie_break: str = "random",
         rng: Any = None,
     ) -> None:
-        self.n_users = check_positive_int(n_users, "n_users")
-        self.n_features = check_positive_int(n_features, "n_features")
+        n_users = check_positive_int(n_users, "n_users")
+        n_features = check_positive_int(n_features, "n_features")
+        cells = n_users * n_features**2
+        if cells > MAX_STATE_ENTRIES:
+            raise ValueError(
+                f"n_users × n_features² = {cells:.3g} exceeds {MAX_STATE_ENTRIES:.0e}: the "
+                "per-user d×d statistics would not fit in memory"
+            )
+        self.n_users = n_users
+        self.n_features = n_features
         self._beta_const = _check_beta(beta)
         self.beta = beta
         self.bonus = check_choice(bonus, ("sqrt", "no_sqrt"), "bonus")
@@ -874,7 +901,7 @@ class ClusteringPolicy:
         """Record that ``user`` was shown ``item_features`` (shape ``(d,)``) and paid ``reward``."""
         u = check_index(user, self.n_users, "user")
         x = check_vector(item_features, self.n_features, "item_features")
-        y = check_scalar(reward, "reward")
+        y = check_scalar(reward, "reward", max_abs=MAX_ABS)
         self._update(u, x, y)
 
     def _tie(self) -> float:
@@ -923,22 +950,24 @@ class ClusteringPolicy:
         T = users.shape[0]
         if T and (users.min() < 0 or users.max() >= self.n_users):
             raise ValueError(f"users must be in [0, {self.n_users})")
-        items = np.asarray(items, dtype=float)
+        items = _as_float_array(items, "items")
         if items.ndim != 3 or items.shape[0] != T or items.shape[2] != self.n_features:
             raise ValueError(
                 f"items must have shape ({T}, L, {self.n_features}), got {items.shape}"
             )
         if items.shape[1] == 0:
             raise ValueError("items must contain at least one item per round")
-        means = np.asarray(means, dtype=float)
+        means = _as_float_array(means, "means")
         if means.shape != items.shape[:2]:
             raise ValueError(f"means must have shape {items.shape[:2]}, got {means.shape}")
-        noise = np.asarray(noise, dtype=float)
+        noise = _as_float_array(noise, "noise")
         if noise.shape != (T,):
             raise ValueError(f"noise must have shape ({T},), got {noise.shape}")
         for name, arr in (("items", items), ("means", means), ("noise", noise)):
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"{name} must be finite (no NaN or inf)")
+            if arr.size and np.max(np.abs(arr)) > MAX_ABS:
+                raise ValueError(f"{name} must have magnitude <= {MAX_ABS:g}")
         if not isinstance(bernoulli, bool | np.bool_):
             raise TypeError("bernoulli must be a bool")
         return self._run(
@@ -1165,7 +1194,8 @@ class SCLUB(ClusteringPolicy):
     (line 11), Update user and cluster (Alg. 2), Split the user out of its cluster if
     ‖θ̂_i − θ̃^j‖ > α_θ(F(T_i) + F(T̃^j)) or some member's frequency differs by more than
     2α_p F(τ) (Alg. 3), mark the user checked, and Merge checked clusters with
-    ‖θ̂^{j1} − θ̂^{j2}‖ < α_θ/2 (F(T^{j1}) + F(T^{j2})) and |p̂^{j1} − p̂^{j2}| < α_p F(τ) (Alg. 4).
+    ‖θ̂^{j1} − θ̂^{j2}‖ < α_θ/2 (F(T^{j1}) + F(T^{j2})) and ``|p̂^{j1} − p̂^{j2}|`` < α_p F(τ)
+    (Alg. 4).
 
     Parameters
     ----------
@@ -1179,7 +1209,7 @@ class SCLUB(ClusteringPolicy):
         α_p F(τ)); 1/√2 gives the reference code's √2·F and √2·F/2 (C-17).
     freq_test : {"pairwise", "cluster_avg"}, default "pairwise"
         Split frequency test against every other member (paper) or against the cluster's
-        average frequency T^j/(|C^j|τ) (reference code).
+        average frequency ``T^j/(|C^j|τ)`` (reference code).
     use_frequency : bool, default True
         ``False`` drops both frequency tests (B4.3).
     pivot : {"phase_start", "current"}, default "phase_start"
@@ -1191,7 +1221,7 @@ class SCLUB(ClusteringPolicy):
     merge_scan : {"current", "all"}, default "current"
         Merge the current user's cluster with the lowest-index consistent checked cluster until
         none is left (App. E, C-22) or scan every pair of checked clusters j1 < j2 (reference
-        code; O(|J|²) per round).
+        code; ``O(|J|²)`` per round).
     double_count_split : bool, default False
         Reproduce an aliasing in the reference code: a user split into a new cluster shares its
         Gram matrix and moment vector with that cluster (the same array), so each later
@@ -1477,6 +1507,11 @@ class CLUB(ClusteringPolicy):
         self.user_recompute_every = user_recompute_every
         U = self.n_users
         W = (U + 63) // 64
+        if U * W > MAX_STATE_ENTRIES:
+            raise ValueError(
+                f"n_users = {U} needs a {U}×{U} graph of {U * W:.3g} 64-bit words, more than "
+                f"{MAX_STATE_ENTRIES:.0e}"
+            )
         self.adjacency = np.zeros((U, W), dtype=np.uint64)
         if self.graph == "complete":
             full = np.full(W, np.iinfo(np.uint64).max, dtype=np.uint64)

@@ -344,8 +344,9 @@ class EbmPolicy(Policy):
     def posterior(self) -> xr.Dataset:
         """Exact posterior (4.2) of every β_{k,j} given the current (Σ̂_k, σ̂²_k, λ).
 
-        Returns ``mean`` (arm, instance, feature), ``cov`` (arm, instance, feature, feature_),
-        ``shared_mean`` (arm, feature) = β̂_{k0} and ``shared_cov`` (arm, feature, feature_) = Φ_k.
+        Returns ``mean`` (arm, instance, feature), ``cov`` ``(arm, instance, feature, feature_)``,
+        ``shared_mean`` (arm, feature) = β̂_{k0} and ``shared_cov`` ``(arm, feature, feature_)``
+        = Φ_k.
         """
         Kn, N, d = self.n_arms, self.n_instances, self.n_features
         mean = np.empty((Kn, N, d))

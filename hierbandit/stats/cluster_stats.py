@@ -212,10 +212,13 @@ def cs_add(U, C, L, reg, user_every, cluster_every, u, x, y):
             t += cAinv[c, i, k] * x[k]
         Ax[i] = t
         s += x[i] * t
+    # update the upper triangle and mirror it, so (S^C)⁻¹ stays exactly symmetric
     for i in range(d):
         ci = Ax[i] / s
-        for k in range(d):
-            cAinv[c, i, k] -= ci * Ax[k]
+        for k in range(i, d):
+            v = cAinv[c, i, k] - ci * Ax[k]
+            cAinv[c, i, k] = v
+            cAinv[c, k, i] = v
     for i in range(d):
         t = 0.0
         for k in range(d):
@@ -547,7 +550,7 @@ class ClusterStats:
         """Live clusters (dimension ``cluster``, oldest first) and the user labels.
 
         Variables: ``labels`` (user) as canonical cluster numbers in the order of ``cluster``;
-        ``G`` (cluster, feature, feature_), ``b`` and ``theta`` (cluster, feature), ``count``
+        ``G`` ``(cluster, feature, feature_)``, ``b`` and ``theta`` (cluster, feature), ``count``
         (T^C) and ``size`` (cluster).
         """
         slots = self.live()

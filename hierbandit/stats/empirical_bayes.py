@@ -219,7 +219,7 @@ def scatter_covariance(B: Any, normalization: str = "n-1") -> np.ndarray:
 
 
 def threshold_covariance(S: Any, gamma: float, *, threshold_diagonal: bool = False) -> np.ndarray:
-    """Hard thresholding s_il · 1(|s_il| ≥ γ) (Bickel & Levina), diagonal kept by default.
+    """Hard thresholding ``s_il · 1(|s_il| ≥ γ)`` (Bickel & Levina), diagonal kept by default.
 
     ``gamma`` may be ``inf`` (keep only the unthresholded entries).
     """
@@ -244,9 +244,9 @@ def bickel_levina_threshold(
     """Cross-validated hard threshold for the covariance of the rows of ``B``.
 
     Bickel & Levina's resampling rule: split the n rows at random into n₁ = n − ⌊n/log n⌋ and
-    n₂ = ⌊n/log n⌋, and choose γ in {0} ∪ {|s_il|} ∪ {∞} minimising the mean over ``n_splits`` splits of
-    ‖T_γ(Ŝ₁) − Ŝ₂‖²_F (ties to the smallest γ). With n₁ < 2 or n₂ < 2 the rule cannot run and
-    γ = 0.
+    n₂ = ⌊n/log n⌋, and choose γ in ``{0} ∪ {|s_il|} ∪ {∞}`` minimising the mean over
+    ``n_splits`` splits of ‖T_γ(Ŝ₁) − Ŝ₂‖²_F (ties to the smallest γ). With n₁ < 2 or n₂ < 2 the
+    rule cannot run and γ = 0.
 
     Returns
     -------

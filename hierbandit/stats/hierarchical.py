@@ -46,7 +46,7 @@ class HierarchicalPosterior(NamedTuple):
     r: np.ndarray  # Σ_j X_jᵀ V_j⁻¹ y_j (d,)
 
     def to_dataset(self, **attrs: Any) -> xr.Dataset:
-        """The posterior as an :class:`xarray.Dataset` with dims instance, feature, feature_."""
+        """The posterior as an :class:`xarray.Dataset`, dims ``(instance, feature, feature_)``."""
         N, d = self.mean.shape
         return xr.Dataset(
             {
@@ -193,8 +193,8 @@ def hierarchical_posterior(
     Returns
     -------
     xarray.Dataset
-        ``mean`` (instance, feature), ``cov`` (instance, feature, feature_), ``shared_mean``
-        (feature) and ``shared_cov`` (feature, feature_).
+        ``mean`` (instance, feature), ``cov`` ``(instance, feature, feature_)``, ``shared_mean``
+        (feature) and ``shared_cov`` ``(feature, feature_)``.
 
     Examples
     --------
