@@ -347,7 +347,7 @@ def _lambda_tilde(value: str) -> float | str:
 
 
 def _offline() -> None:
-    from .offline import ALGORITHMS
+    from .offline import ALGORITHMS, STREAM_ALGORITHMS
 
     def sizes(p: Mapping[str, Any]) -> tuple[list[int], list[int]]:
         suff = sorted(p["sufficient_sizes"]) if "sufficient" in p["parts"] else []
@@ -431,7 +431,7 @@ def _offline() -> None:
             Param("parts", "str", "Table 3 and/or Figure 2.", many=True, choices=("sufficient", "insufficient")),
             Param("dataset", "str", "Synthetic users or MovieLens.", choices=("synthetic", "movielens")),
             Param("logging", "str", "Logging policy of the data.", choices=("random", "linucb")),
-            Param("algorithms", "str", "Algorithms compared.", many=True, choices=tuple(ALGORITHMS)),
+            Param("algorithms", "str", "Algorithms compared.", many=True, choices=(*ALGORITHMS, *STREAM_ALGORITHMS)),
             Param("lambda_tilde_a", "str", "λ̃_a: a positive number, 'lambda_a' or 'theory'."),
             Param("sufficient_sizes", "int", "Dataset sizes of Table 3.", many=True, minimum=4),
             Param("insufficient_sizes", "int", "Dataset sizes of Figure 2.", many=True, minimum=4),

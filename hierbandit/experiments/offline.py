@@ -55,6 +55,7 @@ __all__ = [
     "ALGORITHMS",
     "REPRODUCE_LAMBDA_TILDE_A",
     "SCALES",
+    "STREAM_ALGORITHMS",
     "acceptance",
     "make_models",
     "run_offline",
@@ -75,6 +76,8 @@ ALGORITHMS = (
     "Off-C2LUB_Underestimation",
     "Off-C2LUB_Overestimation",
 )
+#: the spec's ``mode="stream"`` adaptations of CLUB and SCLUB (not in the paper's tables)
+STREAM_ALGORITHMS = ("CLUB_stream", "SCLUB_stream")
 #: the λ̃_a of the reproduction (see the module docstring)
 REPRODUCE_LAMBDA_TILDE_A = 1.0
 
@@ -148,6 +151,9 @@ def make_models(
         "Off-C2LUB": lambda r: OffC2LUB(0.0, rng=r, **off),
         "Off-C2LUB_Underestimation": lambda r: OffC2LUB("underestimation", rng=r, **off),
         "Off-C2LUB_Overestimation": lambda r: OffC2LUB("overestimation", rng=r, **off),
+        # appended last: the streams above keep their positions
+        "CLUB_stream": lambda r: CLUBOffline(mode="stream", rng=r, **common),
+        "SCLUB_stream": lambda r: SCLUBOffline(mode="stream", rng=r, **common),
     }
     unknown = [n for n in names if n not in factories]
     if unknown:
@@ -214,7 +220,7 @@ def run_offline(
         the same data (common random numbers) and the users are the same at every size.
     logging : {"random", "linucb"}
     algorithms : sequence of str
-        Subset of :data:`ALGORITHMS`.
+        Subset of :data:`ALGORITHMS` and :data:`STREAM_ALGORITHMS`.
     lambda_tilde_a : float or str
         λ̃_a of Off-CLUB and Off-C²LUB (default :data:`REPRODUCE_LAMBDA_TILDE_A`).
     grids, oracle_index : dict, optional
@@ -235,9 +241,10 @@ def run_offline(
     n_seeds = check_positive_int(cfg["n_seeds"] if n_seeds is None else n_seeds, "n_seeds")
     sizes = [check_positive_int(s, "sizes", minimum=4) for s in sizes]
     algorithms = list(algorithms)
-    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    known = (*ALGORITHMS, *STREAM_ALGORITHMS)
+    unknown = [a for a in algorithms if a not in known]
     if unknown:
-        raise ValueError(f"algorithms: unknown {unknown}; choose from {list(ALGORITHMS)}")
+        raise ValueError(f"algorithms: unknown {unknown}; choose from {list(known)}")
     want_oracle = "Off-C2LUB" in algorithms
     G = int(cfg["grid_points"])
     seeds = np.random.SeedSequence(seed).spawn(n_seeds)

@@ -22,6 +22,13 @@ estimates, everything frozen, and an **optimistic** decision on the cluster's po
 
 Users without data are singletons in every clustering baseline (their θ̂ = 0 carries no
 information about where they belong).
+
+``CLUBOffline`` and ``SCLUBOffline`` also offer the spec's ``mode="stream"``: the training rows,
+in a random order drawn from the model's ``rng``, are replayed through the online algorithm's
+update and clustering rules (:class:`hierbandit.policies.CLUB`, :class:`hierbandit.policies.SCLUB`)
+with the logged actions in place of its recommendations ("treating the dataset as a one-shot
+interaction stream"); the partition it ends with is frozen and the decision is the same
+optimistic one on the cluster's pooled statistics as in ``batch`` mode.
 """
 
 from __future__ import annotations
@@ -51,6 +58,15 @@ class _ClusterModel(OfflineModel):
     """A baseline that partitions users and decides by UCB on pooled cluster statistics."""
 
     _sign = 1.0
+
+    def _replay(self, ds: OfflineDataset, policy: Any) -> np.ndarray:
+        """Replay the rows in a random order through an online clustering ``policy`` (spec §A6
+        ``mode="stream"``); its final partition, users without data as singletons."""
+        order = self._rng.permutation(ds.n_rows)
+        users, X, y = ds.users[order], ds.X[order], ds.rewards[order]
+        for u, x, r in zip(users.tolist(), X, y.tolist(), strict=True):
+            policy._update(u, np.ascontiguousarray(x), r)
+        return _singletons_for_empty(policy._labels(), ds.counts)
 
     def _fit(self, ds: OfflineDataset) -> dict[str, Any]:
         G, b, _, n = ds.suffstats()
@@ -166,6 +182,11 @@ class CLUBOffline(_ClusterModel):
     ----------
     alpha2 : float, default 1.0
         Edge-deletion scale α₂ (unspecified in the papers; 1 in the SCLUB reference code).
+    mode : {"batch", "stream"}, default "batch"
+        ``"batch"``: one deletion pass on the final estimates (spec §A6). ``"stream"``: the rows
+        replayed in a random order through online :class:`~hierbandit.policies.CLUB` on the
+        complete graph, whose edges are deleted as the estimates evolve (a deleted edge never
+        comes back); its final components are the clusters.
     lam, delta : float, default 0.5, 0.01
     rng : seed or Generator
     """
@@ -173,12 +194,27 @@ class CLUBOffline(_ClusterModel):
     paper_name = "CLUB"
 
     def __init__(
-        self, *, alpha2: float = 1.0, lam: float = 0.5, delta: float = 0.01, rng: Any = None
+        self,
+        *,
+        alpha2: float = 1.0,
+        mode: str = "batch",
+        lam: float = 0.5,
+        delta: float = 0.01,
+        rng: Any = None,
     ) -> None:
         super().__init__(lam=lam, delta=delta, rng=rng)
         self.alpha2 = check_scalar(alpha2, "alpha2", low=0.0, low_inclusive=False)
+        self.mode = check_choice(mode, ("batch", "stream"), "mode")
 
     def _cluster(self, ds, G, b, n, theta):
+        if self.mode == "stream":
+            from ..policies.clustering import CLUB
+
+            online = CLUB(
+                ds.n_users, ds.n_features, alpha_2=self.alpha2, graph="complete", reg=self.lam,
+                rng=self._rng,
+            )  # fmt: skip
+            return self._replay(ds, online), {}
         width = self.alpha2 * confidence_F(n)
         has = n > 0
 
@@ -217,6 +253,11 @@ class SCLUBOffline(_ClusterModel):
         Split if ∃ i' ∈ C^j: ``|p̂_u − p̂_{i'}|`` > 2α_p F(τ) (paper), or if
         ``|p̂_u − p̂^j|`` > α_p F(τ) (reference code).
     max_passes : int, default 50
+    mode : {"batch", "stream"}, default "batch"
+        ``"batch"``: the passes above on the final estimates (spec §A6). ``"stream"``: the rows
+        replayed in a random order through online :class:`~hierbandit.policies.SCLUB` (Algorithms
+        1–4 with the same ``alpha_theta``, ``alpha_p``, ``use_frequency`` and ``freq_test``); its
+        final partition is the clustering (``max_passes`` is unused).
     lam, delta : float, default 0.5, 0.01
     rng : seed or Generator
     """
@@ -231,11 +272,13 @@ class SCLUBOffline(_ClusterModel):
         use_frequency: bool = True,
         freq_test: str = "pairwise",
         max_passes: int = 50,
+        mode: str = "batch",
         lam: float = 0.5,
         delta: float = 0.01,
         rng: Any = None,
     ) -> None:
         super().__init__(lam=lam, delta=delta, rng=rng)
+        self.mode = check_choice(mode, ("batch", "stream"), "mode")
         self.alpha_theta = check_scalar(alpha_theta, "alpha_theta", low=0.0, low_inclusive=False)
         self.alpha_p = check_scalar(alpha_p, "alpha_p", low=0.0, low_inclusive=False)
         if not isinstance(use_frequency, bool):
@@ -245,6 +288,15 @@ class SCLUBOffline(_ClusterModel):
         self.max_passes = check_positive_int(max_passes, "max_passes")
 
     def _cluster(self, ds, G, b, n, theta):
+        if self.mode == "stream":
+            from ..policies.clustering import SCLUB
+
+            online = SCLUB(
+                ds.n_users, ds.n_features, alpha_theta=self.alpha_theta, alpha_p=self.alpha_p,
+                use_frequency=self.use_frequency, freq_test=self.freq_test, reg=self.lam,
+                rng=self._rng,
+            )  # fmt: skip
+            return self._replay(ds, online), {"n_passes_": 0}
         U, d = b.shape
         tau = float(n.sum())
         p = n / tau

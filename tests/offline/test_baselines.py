@@ -120,3 +120,45 @@ def test_armul(easy):
     assert snapshot(m) == before
     with pytest.raises(ValueError, match="step"):
         ARMUL(step="adam")
+
+
+# ---------------------------------------------------------------------- mode="stream"
+@pytest.mark.parametrize("make", [CLUBOffline, SCLUBOffline], ids=lambda c: c.__name__)
+def test_stream_mode_is_the_online_algorithm_replayed_in_random_order(easy, make):
+    """The labels of mode="stream" are those of the online policy fed the rows in the order the
+    model's generator draws, with users without data as singletons."""
+    from hierbandit.policies import CLUB, SCLUB
+    from hierbandit.stats.partitions import canonical_labels
+
+    sub = easy.subset(np.flatnonzero((easy.users != 5) & (np.arange(easy.n_rows) < 6000)))
+    m = make(mode="stream", rng=3).fit(sub)
+    rng = np.random.default_rng(3)
+    order = rng.permutation(sub.n_rows)
+    if make is CLUBOffline:
+        online = CLUB(sub.n_users, 5, graph="complete", reg=0.5, rng=rng)
+    else:
+        online = SCLUB(sub.n_users, 5, reg=0.5, rng=rng)
+    for r in order:
+        online.update(int(sub.users[r]), sub.X[r], float(sub.rewards[r]))
+    want = online.clusters().values.copy()
+    want[5] = want.max() + 1  # user 5 has no data
+    assert same_partition(m.labels_, canonical_labels(want))
+    assert np.sum(m.labels_ == m.labels_[5]) == 1
+    # decisions pool the partition's statistics exactly as in batch mode
+    c = m.labels_[0]
+    rows = np.isin(sub.users, np.flatnonzero(m.labels_ == c))
+    X, y = sub.X[rows], sub.rewards[rows]
+    want_theta = np.linalg.solve(0.5 * np.eye(5) + X.T @ X, X.T @ y)
+    np.testing.assert_allclose(m.theta_[0], want_theta, rtol=1e-8)
+
+
+@pytest.mark.parametrize("make", [CLUBOffline, SCLUBOffline], ids=lambda c: c.__name__)
+def test_stream_mode_recovers_easy_clusters(easy, make):
+    m = make(mode="stream", rng=0).fit(easy)
+    assert adjusted_rand_index(m.labels_, easy.labels) == pytest.approx(1.0)
+
+
+def test_mode_is_validated():
+    for make in (CLUBOffline, SCLUBOffline):
+        with pytest.raises(ValueError, match="mode"):
+            make(mode="online")
