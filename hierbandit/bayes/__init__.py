@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ._devices import configure_host_devices
+from ._devices import configure_compilation_cache, configure_host_devices
 
 configure_host_devices()
+configure_compilation_cache()
 
 _EXPORTS = {
     "fit_mixture": "mixture",
@@ -51,6 +52,7 @@ _EXPORTS = {
     "sample": "sampling",
     "available_samplers": "sampling",
     "configure_host_devices": "_devices",
+    "configure_compilation_cache": "_devices",
 }
 
 __all__ = sorted(_EXPORTS)

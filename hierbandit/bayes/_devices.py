@@ -1,8 +1,11 @@
-"""JAX host-device configuration (no heavy imports, so it can run before JAX starts)."""
+"""JAX configuration: host devices and the on-disk compilation cache (no heavy imports, so it
+can run before JAX starts)."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
@@ -19,3 +22,48 @@ def configure_host_devices(n: int | None = None) -> None:
         return
     n = n or os.cpu_count() or 1
     os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_FLAG}={n}".strip()
+
+
+#: ``HIERBANDIT_JAX_CACHE`` values that turn the on-disk compilation cache off
+_OFF = ("0", "off", "false", "no", "none")
+
+
+def configure_compilation_cache(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """Keep the programs JAX compiles for NUTS on disk, so later fits skip XLA compilation.
+
+    A full-Bayes fit compiles its model's log density, gradient and sampler (several seconds);
+    the compiled programs depend only on the model's shapes, so every later fit of a model of
+    the same shape, in any process, reuses them. The folder is ``path``, else the environment
+    variable ``HIERBANDIT_JAX_CACHE``, else ``$XDG_CACHE_HOME/hierbandit/jax`` (by default
+    ``~/.cache/hierbandit/jax``). ``HIERBANDIT_JAX_CACHE=0`` (or ``off``) disables it, and a
+    ``JAX_COMPILATION_CACHE_DIR`` set by the user wins. Importing :mod:`hierbandit.bayes` calls
+    this. Returns the folder in use, or ``None`` when the cache is off.
+    """
+    if path is None:
+        setting = os.environ.get("HIERBANDIT_JAX_CACHE", "").strip()
+        if setting.lower() in _OFF:
+            return None
+        if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+            return Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        path = setting or str(Path(base) / "hierbandit" / "jax")
+    folder = Path(path).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # read-only home: run without the cache
+        return None
+    options = {
+        "jax_compilation_cache_dir": str(folder),
+        # cache every program (the defaults skip those compiled in under a second)
+        "jax_persistent_cache_min_compile_time_secs": 0.0,
+        "jax_persistent_cache_min_entry_size_bytes": 0,
+    }
+    if "jax" in sys.modules:
+        import jax
+
+        for key, value in options.items():
+            jax.config.update(key, value)
+    else:
+        for key, value in options.items():
+            os.environ[key.upper()] = str(value)
+    return folder

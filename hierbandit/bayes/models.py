@@ -26,6 +26,7 @@ log p(y | Σ, σ) = Σ_j[−½n_j log 2π − ½log|V_j| − ½y_jᵀV_j⁻¹y_j
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -168,11 +169,10 @@ def _collapsed_soa(st: Any, Ld: dict, s2: Any, lam: float, beta0: Any = None) ->
     elementwise except the sums over instances; backends fuse it into a few kernels. Symmetric
     matrices keep only their lower triangle. Same formulas as the module docstring.
     """
-    d = st.b.shape[2]
-    G = {(a, c): pt.as_tensor(st.G[:, :, a, c]) for a in range(d) for c in range(d)}
-    bv = [pt.as_tensor(st.b[:, :, a]) for a in range(d)]
-    q = pt.as_tensor(st.q)
-    n = pt.as_tensor(st.n.astype(float))
+    d = st.d
+    G = {(a, c): st.G[:, :, a, c] for a in range(d) for c in range(d)}
+    bv = [st.b[:, :, a] for a in range(d)]
+    q, n = st.q, st.n
     Le = {key: v[:, None] for key, v in Ld.items()}
     s2c = s2[:, None]
     # U = LᵀG, u = Lᵀb   (L lower triangular: L_ai ≠ 0 only for a ≥ i)
@@ -234,13 +234,27 @@ def _collapsed_soa(st: Any, Ld: dict, s2: Any, lam: float, beta0: Any = None) ->
     return base + 0.5 * sum(zi * zi for zi in z) - 0.5 * logdetP + 0.5 * d * np.log(lam)
 
 
+def _suff_data(st: Any) -> SimpleNamespace:
+    """The sufficient statistics as data containers of the model being built (``suff_G``,
+    ``suff_b``, ``suff_q``, ``suff_n``), plus the static dimension ``d``.
+
+    Data containers, not constants: the sampler passes them to the compiled log density as
+    arguments, so the compiled program depends only on the shapes and is reused, through the
+    on-disk compilation cache, by every later fit of a log of the same shape.
+    """
+    return SimpleNamespace(
+        G=pm.Data("suff_G", np.asarray(st.G, dtype=float)),
+        b=pm.Data("suff_b", np.asarray(st.b, dtype=float)),
+        q=pm.Data("suff_q", np.asarray(st.q, dtype=float)),
+        n=pm.Data("suff_n", np.asarray(st.n, dtype=float)),
+        d=int(st.b.shape[2]),
+    )
+
+
 def _collapsed_batched(st: Any, L: Any, s2: Any, lam: float, beta0: Any = None) -> Any:
     """Per-arm collapsed log-likelihood (K,) with batched linear-algebra ops (any d)."""
-    d = st.b.shape[2]
-    G = pt.as_tensor(st.G)
-    b = pt.as_tensor(st.b)
-    q = pt.as_tensor(st.q)
-    n = pt.as_tensor(st.n.astype(float))
+    d = st.d
+    G, b, q, n = st.G, st.b, st.q, st.n
     eye = pt.eye(d)
     s2b = s2[:, None, None, None]
     LtG = pt.matmul(matT(L)[:, None], G)  # (K, N, d, d)
@@ -283,14 +297,15 @@ def collapsed_model(
     Kn, d = st.b.shape[0], st.b.shape[2]
     soa = algebra == "soa" or (algebra == "auto" and d <= UNROLL_MAX)
     with pm.Model(coords=model_coords(log)) as model:
+        data = _suff_data(st)
         Ld, L, sigma = _lkj_cholesky(Kn, d, hyper)
         beta0 = None
         if not collapse_shared_mean:
             beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
         if soa:
-            ll = _collapsed_soa(st, Ld, sigma**2, hyper.lam, beta0)
+            ll = _collapsed_soa(data, Ld, sigma**2, hyper.lam, beta0)
         else:
-            ll = _collapsed_batched(st, L, sigma**2, hyper.lam, beta0)
+            ll = _collapsed_batched(data, L, sigma**2, hyper.lam, beta0)
         pm.Potential("marginal_loglik", ll.sum())
     model.hb_meta = {  # type: ignore[attr-defined]
         "kind": "collapsed",

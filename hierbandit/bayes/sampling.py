@@ -1,12 +1,18 @@
 """One entry point for NUTS, whatever the backend.
 
-``nuts_sampler="numpyro"`` (default) runs numpyro's NUTS directly on PyMC's JAX-compiled
-log-density: chains in parallel on host devices (see :func:`~hierbandit.bayes._devices.configure_host_devices`), jittered
-initial points checked with the same compiled function, and one vectorised, compiled map back to
-the constrained variables that are stored. That is the same sampler ``pm.sample(...,
-nuts_sampler="numpyro")`` uses, without the extra compilations of its general-purpose wrapper
-(about 15 s on the ebm synthetic setting, most of the run). ``driver="pymc"`` or any other
-``nuts_sampler`` ("pymc", "nutpie", "blackjax", as installed) goes through ``pm.sample``.
+``nuts_sampler="numpyro"`` (default) runs numpyro's NUTS kernel directly on PyMC's JAX-compiled
+log-density: chains in parallel on host devices (see
+:func:`~hierbandit.bayes._devices.configure_host_devices`), jittered initial points checked with
+the same compiled function, warm-up and sampling of each chain as one compiled loop, and one
+vectorised, compiled map back to the constrained variables that are stored. That is the sampler
+``pm.sample(..., nuts_sampler="numpyro")`` uses, without the extra compilations of its
+general-purpose wrapper (about 15 s on the ebm synthetic setting, most of the run). The model's
+data containers (``pm.Data``) are *arguments* of the compiled programs, not constants, so the
+programs depend only on the shapes: with the on-disk compilation cache
+(:func:`~hierbandit.bayes._devices.configure_compilation_cache`) every later fit of a log of the
+same shape, in any process, skips compilation. The direct driver shows no progress bar.
+``driver="pymc"`` or any other ``nuts_sampler`` ("pymc", "nutpie", "blackjax", as installed)
+goes through ``pm.sample``.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ def sample(
     """Run NUTS on ``model`` and return ArviZ InferenceData (posterior and sample stats).
 
     ``var_names`` (default: the model's ``hb_meta["trace_vars"]`` if it has one) selects the
-    stored variables. ``kwargs`` go to ``pm.sample`` (``driver="pymc"``) or, with the direct numpyro
+    stored variables. ``progressbar`` applies to ``pm.sample`` (the direct numpyro driver runs each
+    chain as one compiled loop and shows none). ``kwargs`` go to ``pm.sample`` (``driver="pymc"``) or, with the direct numpyro
     driver, ``dense_mass`` and ``max_tree_depth`` to numpyro's NUTS.
     """
     check_choice(nuts_sampler, NUTS_SAMPLERS, "nuts_sampler")
@@ -105,16 +112,19 @@ def _sample_numpyro(
     import arviz as az
     import jax
     import jax.numpy as jnp
-    from numpyro.infer import MCMC, NUTS
-    from pymc.sampling.jax import get_jaxified_logp
+    from numpyro.infer import NUTS
 
     start = time.perf_counter()
     value_vars = model.value_vars
     names = [v.name for v in value_vars]
-    neg_logp = get_jaxified_logp(model, negative_logp=False)  # returns −log p
+    logp_fn, data = _jaxify_logp_with_data(model)
+    data = tuple(jnp.asarray(v) for v in data)
+
+    def potential_with(params: dict[str, Any], data: tuple) -> Any:
+        return -logp_fn(*[params[n] for n in names], *data)[0]
 
     def potential(params: dict[str, Any]) -> Any:
-        return neg_logp([params[n] for n in names])
+        return potential_with(params, data)
 
     # jittered initial points (PyMC's rule: uniform(−1, 1) in the unconstrained space), checked
     rng = np.random.default_rng(random_seed)
@@ -123,6 +133,21 @@ def _sample_numpyro(
     # finite, so they skip compiling a separate check (``hb_meta["finite_init"]``)
     meta = getattr(model, "hb_meta", None) or {}
     check = None if meta.get("finite_init") else jax.jit(potential)
+    shapes = {n: tuple(np.shape(base[n])) for n in names}
+
+    def numpyro_model(*data: Any) -> None:
+        # the unconstrained values with flat densities; the model's log density is one factor.
+        # The data containers enter as arguments (``jit_model_args``), not as constants, so the
+        # compiled programs depend only on the shapes and the on-disk cache reuses them.
+        import numpyro
+        import numpyro.distributions as dist
+
+        vals = {
+            n: numpyro.sample(n, dist.ImproperUniform(dist.constraints.real, (), shapes[n]))
+            for n in names
+        }
+        numpyro.factor("logp", -potential_with(vals, data))
+
     init: dict[str, list[np.ndarray]] = {n: [] for n in names}
     for _ in range(chains):
         for _attempt in range(100):
@@ -135,30 +160,39 @@ def _sample_numpyro(
             init[n].append(point[n])
     init_params = {n: jnp.asarray(np.stack(v)) for n, v in init.items()}
     parallel = jax.local_device_count() >= chains
-    mcmc = MCMC(
-        NUTS(
-            potential_fn=potential,
-            target_accept_prob=target_accept,
-            dense_mass=dense_mass,
-            max_tree_depth=max_tree_depth,
-        ),
-        num_warmup=tune,
-        num_samples=draws,
-        num_chains=chains,
-        chain_method="parallel" if parallel else "vectorized",
-        progress_bar=progressbar,
+    kernel = NUTS(
+        numpyro_model,
+        target_accept_prob=target_accept,
+        dense_mass=dense_mass,
+        max_tree_depth=max_tree_depth,
     )
-    fields = (
-        "num_steps",
-        "diverging",
-        "accept_prob",
-        "energy",
-        "potential_energy",
-        "adapt_state.step_size",
-    )
-    mcmc.run(jax.random.PRNGKey(random_seed), init_params=init_params, extra_fields=fields)
-    raw = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
-    extra = mcmc.get_extra_fields(group_by_chain=True)
+
+    def run_chain(key: Any, init: dict[str, Any], data: tuple) -> Any:
+        # numpyro's kernel API with the data as an argument of every step (its MCMC driver
+        # closes over the model arguments, which would bake the data into the program)
+        state = kernel.init(key, tune, init, data, {})
+
+        def step(state: Any, _: Any) -> Any:
+            state = kernel.sample(state, data, {})
+            fields = {
+                "num_steps": state.num_steps,
+                "diverging": state.diverging,
+                "accept_prob": state.accept_prob,
+                "energy": state.energy,
+                "potential_energy": state.potential_energy,
+                "step_size": state.adapt_state.step_size,
+            }
+            return state, (state.z, fields)
+
+        _, trace = jax.lax.scan(step, state, None, length=tune + draws)
+        return jax.tree_util.tree_map(lambda x: x[tune:], trace)
+
+    keys = jax.random.split(jax.random.PRNGKey(random_seed), chains)
+    if parallel:
+        runner = jax.pmap(run_chain, in_axes=(0, 0, None))
+    else:
+        runner = jax.jit(jax.vmap(run_chain, in_axes=(0, 0, None)))
+    raw, extra = jax.block_until_ready(runner(keys, init_params, data))
     sampling_time = time.perf_counter() - start  # JAX dispatches asynchronously: block first
 
     # map the unconstrained draws to the stored (constrained / deterministic) variables
@@ -176,7 +210,7 @@ def _sample_numpyro(
         "acceptance_rate": np.asarray(extra["accept_prob"]),
         "energy": np.asarray(extra["energy"]),
         "lp": -np.asarray(extra["potential_energy"]),
-        "step_size": np.asarray(extra["adapt_state.step_size"]),
+        "step_size": np.asarray(extra["step_size"]),
     }
     idata = az.from_dict(posterior=posterior, sample_stats=stats, coords=coords, dims=dims)
     for group in ("posterior", "sample_stats"):
@@ -184,6 +218,42 @@ def _sample_numpyro(
             {"inference_library": "numpyro", "sampling_time": sampling_time, "tuning_steps": tune}
         )
     return idata
+
+
+def _jaxify_logp_with_data(model: pm.Model) -> tuple[Any, list[np.ndarray]]:
+    """The model's log density as a JAX function of ``(*values, *data)`` and the data.
+
+    PyMC's own JAX conversion turns data containers (shared variables) into constants, which
+    makes every compiled program specific to one data set. Here each data container becomes an
+    input of the function instead, so that programs compiled for one log are reused for any log
+    of the same shape.
+    """
+    import pytensor.tensor as pt
+    from pymc.sampling.jax import get_jaxified_graph
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.replace import graph_replace
+    from pytensor.tensor.random.type import RandomType
+
+    try:
+        from pytensor.graph.traversal import graph_inputs
+    except ImportError:  # pragma: no cover - older PyTensor
+        from pytensor.graph.basic import graph_inputs
+
+    logp = model.logp()
+    shared = [
+        v
+        for v in graph_inputs([logp])
+        if isinstance(v, SharedVariable) and not isinstance(v.type, RandomType)
+    ]
+    values = [np.asarray(v.get_value(borrow=True)) for v in shared]
+    # static shapes: the compiled program is specific to the shapes, as JAX needs
+    inputs = [
+        pt.tensor(v.name, dtype=v.dtype, shape=x.shape) for v, x in zip(shared, values, strict=True)
+    ]
+    if shared:
+        logp = graph_replace(logp, dict(zip(shared, inputs, strict=True)), strict=False)
+    fn = get_jaxified_graph(inputs=[*model.value_vars, *inputs], outputs=[logp])
+    return fn, values
 
 
 def _sample_nutpie(
