@@ -121,6 +121,65 @@ def _run_policy_oracle(
     return np.asarray(arms, dtype=np.int64), out
 
 
+class _Batched:
+    """The ``vectorize`` dispatch of :func:`simulate`: collects the runs of supported policies
+    and executes them, many seeds at once, with the compiled loop of
+    :mod:`hierbandit.experiments.vectorized`."""
+
+    #: pending rollout data (bytes) that triggers a flush
+    max_bytes = 1 << 28
+
+    def __init__(self, vectorize: bool | str, oracle_regret: bool, n_instances: int, T: int):
+        self.enabled = vectorize is True or (vectorize == "auto" and not oracle_regret)
+        self.strict = vectorize is True
+        self.N = n_instances
+        self.T = T
+        self.jobs: list[tuple[Any, ...]] = []
+        self.bytes = 0
+
+    def accepts(self, policy: Policy, name: str) -> bool:
+        if not self.enabled:
+            return False
+        from .vectorized import batched_unsupported
+
+        why = batched_unsupported(policy)
+        if why is not None and self.strict:
+            raise TypeError(f"vectorize=True: policies[{name!r}]: {why}")
+        return why is None
+
+    def add(self, i: int, s: int, policy: Policy, instance: Any, context: Any, rest: tuple) -> None:
+        from .vectorized import _as_input, _make_job
+
+        inst = _as_input(instance, np.int64)
+        if inst.shape != (self.T,) or inst.min() < 0 or inst.max() >= self.N:
+            raise ValueError(f"env.rollout returned instances outside [0, {self.N})")
+        X = _as_input(context, float)
+        R = _as_input(rest[2], float)
+        if X.shape != (self.T, policy.n_features) or R.shape != (self.T, policy.n_arms):
+            raise ValueError(
+                f"env.rollout returned contexts {X.shape} and rewards {R.shape}; expected "
+                f"{(self.T, policy.n_features)} and {(self.T, policy.n_arms)}"
+            )
+        arms = np.empty(self.T, dtype=np.int64)
+        self.jobs.append((_make_job(policy, inst, X, R, arms), i, s, arms, rest, policy))
+        self.bytes += X.nbytes + 2 * R.nbytes + 24 * self.T
+
+    def full(self) -> bool:
+        from .vectorized import default_threads
+
+        return self.bytes >= self.max_bytes and len(self.jobs) >= default_threads()
+
+    def flush(self, finish: Callable[..., None]) -> None:
+        if not self.jobs:
+            return
+        from .vectorized import _run_jobs, default_threads
+
+        jobs, self.jobs, self.bytes = self.jobs, [], 0
+        _run_jobs([job[0] for job in jobs], default_threads(), [job[5] for job in jobs])
+        for _, i, s, arms, (name, mean, table, best), _ in jobs:
+            finish(i, s, name, arms, mean, table, best)
+
+
 # ---------------------------------------------------------------------- simulate
 def simulate(
     policies: Mapping[str, Policy | PolicyFactory],
@@ -133,6 +192,7 @@ def simulate(
     oracle_regret: bool = False,
     progress: bool = False,
     first_seed: int = 0,
+    vectorize: bool | str = "auto",
 ) -> xr.Dataset:
     """Run every policy on the same per-seed environment and random numbers.
 
@@ -170,6 +230,14 @@ def simulate(
         Run replications ``first_seed … first_seed + n_seeds − 1`` of the root seed (the
         ``seed`` coordinate holds these indices). Each replication is the same whatever window
         it is run in, so a sweep can be split into independent parts.
+    vectorize : {"auto", True, False}, default "auto"
+        Run the horizon of each policy in a compiled loop, many seeds at once on
+        ``numba.get_num_threads()`` threads (:mod:`hierbandit.experiments.vectorized`).
+        ``"auto"`` does so for every policy :func:`~hierbandit.experiments.batched_unsupported`
+        accepts (EbmTS, EbmUCB, LinUCB, LinTS) and runs the others in the Python loop; ``True``
+        raises ``TypeError`` for any other policy; ``False`` always uses the Python loop. The
+        Dataset is bit-for-bit the same either way. ``oracle_regret`` needs the Python loop
+        (``"auto"`` uses it; ``True`` raises ``ValueError``).
 
     Returns
     -------
@@ -183,8 +251,8 @@ def simulate(
         * ``arm`` (policy, seed, step): arm pulled; ``reward`` (policy, seed, step): reward
           observed (mean plus the shared noise table);
         * ``instance`` (seed, step): arriving instance; ``optimal_arm`` (seed, step);
-        * ``beta`` (seed, arm_, instance_, feature): the environment's coefficients per seed;
-        * with ``oracle_regret``: ``oracle_regret`` (policy, seed, step, instance_) holding
+        * ``beta`` ``(seed, arm_, instance_, feature)``: the environment's coefficients per seed;
+        * with ``oracle_regret``: ``oracle_regret`` ``(policy, seed, step, instance_)`` holding
           ``p_j r_{j,t}``; summing over ``instance_`` gives the Appendix F per-round regret.
 
         ``attrs`` record the configuration: ``env`` and ``policies`` (JSON strings of the
@@ -211,6 +279,15 @@ def simulate(
     redraw_env = _check_bool(redraw_env, "redraw_env")
     oracle_regret = _check_bool(oracle_regret, "oracle_regret")
     progress = _check_bool(progress, "progress")
+    if isinstance(vectorize, bool | np.bool_):
+        vectorize = bool(vectorize)
+    elif not (isinstance(vectorize, str) and vectorize == "auto"):
+        raise ValueError(f"vectorize must be 'auto', True or False, got {vectorize!r}")
+    if vectorize is True and oracle_regret:
+        raise ValueError(
+            "vectorize=True cannot record oracle_regret (it needs the Python loop); "
+            "use vectorize='auto' or False"
+        )
     if oracle_regret and not (hasattr(env, "beta") and hasattr(env, "arrival_probs")):
         raise TypeError("oracle_regret=True needs an env with `beta` and `arrival_probs`")
 
@@ -225,6 +302,19 @@ def simulate(
     oracle = np.empty((P, S, T, N)) if oracle_regret else None
     policy_config: dict[str, str] = {}
     steps = np.arange(T)
+    batched = _Batched(vectorize, oracle_regret, N, T)
+
+    def finish(i, s, name, arms, mean, table, best) -> None:
+        if arms.size and (arms.min() < 0 or arms.max() >= K):
+            raise ValueError(
+                f"policies[{name!r}] selected an arm outside [0, {K}) "
+                f"(got {arms.min()}..{arms.max()})"
+            )
+        arm[i, s] = arms
+        regret[i, s] = best - mean[steps, arms]
+        reward[i, s] = table[steps, arms]
+        if bar is not None:
+            bar.advance(task)
 
     bar = None
     if progress:
@@ -263,6 +353,11 @@ def simulate(
                 policy = _make_policy(factory, name, np.random.default_rng(ps), env)
                 if s == 0:
                     policy_config[name] = config_json(policy)
+                if batched.accepts(policy, name):
+                    batched.add(i, s, policy, roll.instance, context, (name, mean, table, best))
+                    if batched.full():
+                        batched.flush(finish)
+                    continue
                 rows = list(context.copy())
                 if oracle_regret:
                     arms, o = _run_policy_oracle(
@@ -271,16 +366,8 @@ def simulate(
                     oracle[i, s] = o
                 else:
                     arms = _run_policy(policy, inst_list, rows, reward_rows)
-                if arms.size and (arms.min() < 0 or arms.max() >= K):
-                    raise ValueError(
-                        f"policies[{name!r}] selected an arm outside [0, {K}) "
-                        f"(got {arms.min()}..{arms.max()})"
-                    )
-                arm[i, s] = arms
-                regret[i, s] = best - mean[steps, arms]
-                reward[i, s] = table[steps, arms]
-                if bar is not None:
-                    bar.advance(task)
+                finish(i, s, name, arms, mean, table, best)
+        batched.flush(finish)
     finally:
         if bar is not None:
             bar.stop()
