@@ -603,6 +603,7 @@ def plot_figure5(ds: xr.Dataset) -> Any:
     matplotlib.figure.Figure
     """
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
 
     Ns = [int(n) for n in ds["n_users"].values]
     pols = [str(p) for p in ds["policy"].values]
@@ -648,10 +649,12 @@ def plot_figure5(ds: xr.Dataset) -> Any:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(Ns, [str(n) for n in Ns])
+        ax.xaxis.set_minor_formatter(NullFormatter())  # only the N of the grid are labelled
         ax.set_xlabel("users per episode N")
         ax.set_ylabel("context-averaged regret R(T)/N")
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7, frameon=False)
+        if group:
+            ax.legend(fontsize=7, frameon=False)
     for j in range(2, ncol):
         axes[1, j].set_visible(False)
     handles, labels = axes[0, 0].get_legend_handles_labels()
