@@ -81,6 +81,24 @@ def _regret_lines(ds: xr.Dataset, title: str, var: str = "regret") -> list[str]:
     return [*lines, ""]
 
 
+def _write_regret_groups(
+    results: Mapping[str, xr.Dataset],
+    annotate: Annotate,
+    write_one: Callable[[str, xr.Dataset], dict[str, Path]],
+) -> tuple[dict[str, Path], list[str]]:
+    """Combine each group's seed windows, write it with ``write_one(name, ds)`` (paths with a
+    ``"plot"`` entry) and summarise its final regrets."""
+    files: dict[str, Path] = {}
+    lines: list[str] = []
+    for name, parts in _grouped(results).items():
+        ds = annotate(_concat(parts, "seed"))
+        paths = write_one(name, ds)
+        files.update({f"{name}_{k}": v for k, v in paths.items()})
+        lines += _regret_lines(ds, ds.attrs["setting_description"])
+        lines += [f"![{name}]({Path(paths['plot']).name})", ""]
+    return files, lines
+
+
 SEED = Param("seed", "int", "Root seed of every random stream.", minimum=0)
 
 
@@ -111,14 +129,9 @@ def _ebm_synthetic() -> None:
     def write(p, results, out, annotate):
         from .ebm import write_results
 
-        files, lines = {}, []
-        for setting, parts in _grouped(results).items():
-            ds = annotate(_concat(parts, "seed"))
-            paths = write_results(ds, out, setting)
-            files.update({f"{setting}_{k}": v for k, v in paths.items()})
-            lines += _regret_lines(ds, ds.attrs["setting_description"])
-            lines += [f"![{setting}]({Path(paths['plot']).name})", ""]
-        return files, lines
+        return _write_regret_groups(
+            results, annotate, lambda name, ds: write_results(ds, out, name)
+        )
 
     register(
         "ebm-synthetic",
@@ -158,15 +171,11 @@ def _ebm_real() -> None:
     def write(p, results, out, annotate):
         from .ebm_real import write_real
 
-        files, lines = {}, []
-        for name, parts in _grouped(results).items():
-            ds = annotate(_concat(parts, "seed"))
+        def write_one(name: str, ds: xr.Dataset) -> dict[str, Path]:
             ds.attrs["scale"] = f"horizon / {p['horizon_divisor']}"
-            paths = write_real(ds, out)
-            files.update({f"{name}_{k}": v for k, v in paths.items()})
-            lines += _regret_lines(ds, ds.attrs["setting_description"])
-            lines += [f"![{name}]({Path(paths['plot']).name})", ""]
-        return files, lines
+            return write_real(ds, out)
+
+        return _write_regret_groups(results, annotate, write_one)
 
     register(
         "ebm-real",

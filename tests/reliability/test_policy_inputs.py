@@ -7,30 +7,16 @@ bit-identical (docs/reliability.md lists the catalogue of inputs).
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from hierbandit.policies import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, RMBandit
 from tests.conftest import snapshot
+from tests.reliability._common import SETTINGS, floats, ids
 
 N, K, d = 3, 2, 2
 CLASSES = [EbmTS, EbmUCB, LinUCB, LinTS, OLSBandit, RMBandit]
 
-SETTINGS = settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-
-special_floats = st.sampled_from(
-    [np.nan, np.inf, -np.inf, 1e308, -1e308, 1e150, 1e-300, -1e-300, 0.0, 5e-324]
-)
-floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), special_floats)
-ids = st.one_of(
-    st.integers(-5, 10),
-    st.sampled_from([True, False, 1.0, 0.5, "0", None, np.int64(1), np.uint8(2), 2**70]),
-)
 vectors = st.one_of(
     st.lists(floats, min_size=0, max_size=4),
     st.lists(floats, min_size=d, max_size=d),
