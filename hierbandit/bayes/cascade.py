@@ -1025,7 +1025,10 @@ def compare_laplace_nuts(
     n_predict : int
         Held-out rows ``[x; onehot(k)]`` (``x ~ N(0, I)``, uniform ``k``) for the predictions.
     tolerance : float
-        ``|z|`` bound (in MCSE) for the Laplace means (default 4).
+        Half-width (in MCSE) of the band drawn around the z-scores of the Laplace means
+        (default 4). The z-scores are reported, not checked: the Laplace mean is the posterior
+        mode, whose O(1/n) gap to the posterior mean becomes many MCSE once the MCMC estimate is
+        precise enough; the check is the spec's scale-free gap ≤ 0.25 posterior sd.
     find_map : bool
         Also check ``pymc.find_MAP`` against the Newton MAP.
 
@@ -1167,12 +1170,6 @@ def compare_laplace_nuts(
         ("MCMC max r_hat", diag.max_rhat, "<= 1.01", diag.max_rhat <= 1.01),
         ("MCMC min ess_bulk", diag.min_ess_bulk, ">= 400", diag.min_ess_bulk >= 400),
         ("MCMC divergences", diag.divergences, "== 0", diag.divergences == 0),
-        (
-            "Laplace mean, max |z| (MCSE)",
-            float(table["z_mean"].abs().max()),
-            f"<= {tolerance:g}",
-            float(table["z_mean"].abs().max()) <= tolerance,
-        ),
         (
             "Laplace mean, max |gap| (posterior sd)",
             float(table["gap_sd"].abs().max()),

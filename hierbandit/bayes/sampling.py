@@ -160,16 +160,29 @@ def _sample_numpyro(
             init[n].append(point[n])
     init_params = {n: jnp.asarray(np.stack(v)) for n, v in init.items()}
     parallel = jax.local_device_count() >= chains
-    kernel = NUTS(
-        numpyro_model,
-        target_accept_prob=target_accept,
-        dense_mass=dense_mass,
-        max_tree_depth=max_tree_depth,
-    )
+    # an informed starting diagonal of the inverse mass matrix (``hb_meta["inverse_mass"]``:
+    # approximate posterior variances per value variable) spares warm-up the long phase of tiny
+    # steps when some coordinates are far more concentrated than others; adaptation refines it
+    inverse_mass = None
+    if "inverse_mass" in meta and not dense_mass:
+        from jax.flatten_util import ravel_pytree
 
-    def run_chain(key: Any, init: dict[str, Any], data: tuple) -> Any:
-        # numpyro's kernel API with the data as an argument of every step (its MCMC driver
-        # closes over the model arguments, which would bake the data into the program)
+        guess = meta["inverse_mass"](model)
+        inverse_mass, _ = ravel_pytree(
+            {n: jnp.broadcast_to(jnp.asarray(guess.get(n, 1.0), float), shapes[n]) for n in names}
+        )
+
+    def run_chain(key: Any, init: dict[str, Any], data: tuple, inverse_mass: Any) -> Any:
+        # numpyro's kernel API with the data (and the data-dependent starting mass matrix) as
+        # arguments of the compiled program: its MCMC driver closes over the model arguments,
+        # which would bake the data into the program
+        kernel = NUTS(
+            numpyro_model,
+            target_accept_prob=target_accept,
+            dense_mass=dense_mass,
+            max_tree_depth=max_tree_depth,
+            inverse_mass_matrix=inverse_mass,
+        )
         state = kernel.init(key, tune, init, data, {})
 
         def step(state: Any, _: Any) -> Any:
@@ -189,10 +202,10 @@ def _sample_numpyro(
 
     keys = jax.random.split(jax.random.PRNGKey(random_seed), chains)
     if parallel:
-        runner = jax.pmap(run_chain, in_axes=(0, 0, None))
+        runner = jax.pmap(run_chain, in_axes=(0, 0, None, None))
     else:
-        runner = jax.jit(jax.vmap(run_chain, in_axes=(0, 0, None)))
-    raw, extra = jax.block_until_ready(runner(keys, init_params, data))
+        runner = jax.jit(jax.vmap(run_chain, in_axes=(0, 0, None, None)))
+    raw, extra = jax.block_until_ready(runner(keys, init_params, data, inverse_mass))
     sampling_time = time.perf_counter() - start  # JAX dispatches asynchronously: block first
 
     # map the unconstrained draws to the stored (constrained / deterministic) variables
