@@ -19,9 +19,9 @@ Each collapsed fit is timed twice: with an empty JAX compilation cache (the firs
 machine) and with the programs cached (every later fit of a log of the same shape, since the
 data are arguments of the compiled programs; see docs/decisions/bayes.md B9).
 
-Measured (2 cores, other jobs running): collapsed 13.2 s cold, 7.1 s cached (min ESS 1,260) at
-2,000 rows, 14.2 s cached at 100,000 rows (ratio 2.0: a longer warm-up, not a costlier
-gradient); against the 425 s reference 32× cold and 60× cached.
+Measured (2 cores, other jobs running): collapsed 11.4 s cold, 5.0 s cached (min ESS 1,178) at
+2,000 rows, 5.5 s cached at 100,000 rows (ratio 1.11); against the 425 s reference 37× cold and
+86× cached.
 
 Run: ``.venv/bin/python benchmarks/bench_bayes_collapsed.py [--naive pymc|numpyro|skip]``.
 """
