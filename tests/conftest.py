@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-
 _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
 

@@ -160,6 +160,7 @@ def test_rating_matrix_shapes_and_ranking():
     B, u2, m2 = rating_matrix(40, 60, binary=True)
     np.testing.assert_array_equal(B, np.isfinite(R).astype(float))
     np.testing.assert_array_equal(u2, users)
+    np.testing.assert_array_equal(m2, movies)
     # the most rated movie is rated by at least as many kept users as the last kept one
     full, _, _ = rating_matrix(binary=True)
     counts = full.sum(axis=0)
