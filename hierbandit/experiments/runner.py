@@ -172,8 +172,15 @@ def run_experiment(
     cells = exp.cells(resolved)
     stages = _stages(cells)
     out = Path(out)
-    _check_manifest(exp, resolved, out, bool(restart))
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: {str(out)!r} exists and is not a folder")
+    # every argument is checked (and the executor started) before the folder is touched
     executor = make_executor(workers, scheduler)
+    try:
+        _check_manifest(exp, resolved, out, bool(restart))
+    except BaseException:
+        executor.close()
+        raise
     start = time.perf_counter()
     fingerprint = exp.fingerprint(resolved)
     manifest = {

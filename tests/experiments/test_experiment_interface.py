@@ -244,6 +244,26 @@ def test_resume_reuses_finished_cells_and_refuses_another_configuration(tmp_path
     assert len(fresh.computed) == 3 and not fresh.reused
 
 
+def test_bad_arguments_leave_the_output_folder_untouched(tmp_path):
+    run_experiment("ebm-synthetic", out=tmp_path, params=TINY_EBM)
+    before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    for kwargs, match in (
+        ({"workers": 0}, "workers"),
+        ({"workers": 2, "scheduler": "tcp://127.0.0.1:1"}, "not both"),
+        ({"params": {**TINY_EBM, "horizon": "x"}}, r"params\.horizon"),
+        ({"max_cells": -1}, "max_cells"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            run_experiment(
+                "ebm-synthetic", out=tmp_path, restart=True, **{"params": TINY_EBM, **kwargs}
+            )
+    after = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    assert after == before
+    file = tmp_path / "summary.md"
+    with pytest.raises(ValueError, match="is not a folder"):
+        run_experiment("ebm-synthetic", out=file, params=TINY_EBM)
+
+
 def test_a_corrupt_or_foreign_cell_file_is_recomputed(tmp_path):
     run_experiment("ebm-synthetic", out=tmp_path, params=TINY_EBM)
     cells = sorted((tmp_path / "cells").glob("*.nc"))
