@@ -128,6 +128,13 @@ def check_scalar(
     return value
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """Return ``value`` as a bool; anything but a Python or NumPy bool is a ``TypeError``."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
     """Return ``value`` as an int ``>= minimum``."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):

@@ -107,12 +107,6 @@ def _check_contexts(value: Any, n_features: int | None, name: str = "contexts") 
     return rows
 
 
-def _check_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
 def arrival_probabilities(
     n_instances: int, arrival: Any = "balanced", *, poor_ratio: float = 0.1, n_poor: int = 1
 ) -> np.ndarray:

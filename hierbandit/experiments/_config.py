@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "check_first_seed",
+    "check_seed",
     "config_json",
     "jsonable",
     "resolve_factories",
@@ -92,15 +92,13 @@ def resolve_factories(
     return out
 
 
-def check_first_seed(first_seed: Any, name: str = "first_seed") -> int:
-    """Validate the start ``first_seed`` (a non-negative int) of a window of seeds or trials."""
-    if isinstance(first_seed, bool | np.bool_) or not isinstance(first_seed, numbers.Integral):
-        raise TypeError(
-            f"{name} must be a non-negative int, got {type(first_seed).__name__} {first_seed!r}"
-        )
-    if first_seed < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {first_seed}")
-    return int(first_seed)
+def check_seed(value: Any, name: str = "seed") -> int:
+    """Validate a non-negative int seed: a root seed, or the start of a window of seeds/trials."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a non-negative int, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value}")
+    return int(value)
 
 
 def seed_children(seed: int, first_seed: int, n_seeds: int) -> list[np.random.SeedSequence]:

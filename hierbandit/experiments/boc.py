@@ -36,7 +36,7 @@ from .._validation import check_choice, check_positive_int
 from ..envs.boc import ClusterBandit, digits_instance, iris_instance, synthetic_instance
 from ..exploration import BOC, Oracle, Uniform, stopping_times
 from ..exploration.thresholds import kl_bernoulli_delta
-from ._config import check_first_seed
+from ._config import check_seed
 
 __all__ = [
     "PARTS",
@@ -148,7 +148,7 @@ def run_instance(
     """
     n_trials = check_positive_int(n_trials, "n_trials")
     workers = check_positive_int(workers, "workers")
-    first_trial = check_first_seed(first_trial, "first_trial")
+    first_trial = check_seed(first_trial, "first_trial")
     algorithms = [check_choice(a, ALGORITHMS, "algorithms") for a in algorithms]
     Ls = np.asarray(log_inv_deltas, dtype=float)
     thresholds = list(thresholds)

@@ -55,7 +55,7 @@ from ..policies.cascade import (
     CascadePolicy,
     CascadeRandom,
 )
-from ._config import check_first_seed, config_json, resolve_factories, seed_children
+from ._config import check_seed, config_json, resolve_factories, seed_children
 
 __all__ = [
     "REPRODUCTION_POLICIES",
@@ -229,7 +229,7 @@ def simulate_cascade(
     S = check_positive_int(n_seeds, "n_seeds")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    first_seed = check_first_seed(first_seed)
+    first_seed = check_seed(first_seed, "first_seed")
     for name, val in (("redraw_env", redraw_env), ("progress", progress)):
         if not isinstance(val, bool | np.bool_):
             raise TypeError(f"{name} must be a bool, got {type(val).__name__}")

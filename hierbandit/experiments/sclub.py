@@ -28,8 +28,6 @@ reward model is an option: Gaussian noise N(0, 0.05²) by default (the paper onl
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,10 +39,10 @@ import pandas as pd
 import xarray as xr
 
 from .._io import write_dataset, write_json
-from .._validation import check_choice, check_positive_int, check_scalar
+from .._validation import check_bool, check_choice, check_positive_int, check_scalar
 from ..envs.clustered import ClusteredLinearEnv, MovieLensEnv
 from ..policies.clustering import CLUB, SCLUB, ClusteringPolicy, LinUCBInd, LinUCBOne
-from ._config import check_first_seed, seed_children
+from ._config import check_seed, config_json, resolve_factories, seed_children
 
 __all__ = [
     "POLICY_NAMES",
@@ -99,63 +97,8 @@ SCALES: dict[str, dict[str, int]] = {
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool | np.bool_) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be a non-negative int, got {type(seed).__name__} {seed!r}")
-    if seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed}")
-    return int(seed)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return f"<array shape={value.shape}>" if value.size > 50 else value.tolist()
-    if isinstance(value, np.random.Generator | np.random.SeedSequence):
-        return "<per-seed stream>"
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    if isinstance(value, np.integer | np.floating):
-        return value.item()
-    return value
-
-
-def _config_json(obj: Any) -> str:
-    params = dict(obj.get_params()) if hasattr(obj, "get_params") else {}
-    if "rng" in params:
-        params["rng"] = "<per-seed stream>"
-    return json.dumps(
-        {"class": type(obj).__qualname__, "params": {k: _jsonable(v) for k, v in params.items()}}
-    )
-
-
 def _resolve_policies(policies: Any) -> list[tuple[str, PolicyFactory]]:
-    if not isinstance(policies, Mapping):
-        raise TypeError(
-            "policies must be a mapping name -> ClusteringPolicy (or name -> callable(rng)), "
-            f"got {type(policies).__name__}"
-        )
-    if len(policies) == 0:
-        raise ValueError("policies must contain at least one policy")
-    out: list[tuple[str, PolicyFactory]] = []
-    for name, value in policies.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"policies keys must be non-empty strings, got {name!r}")
-        if isinstance(value, ClusteringPolicy):
-            out.append((name, lambda rng, proto=value: proto.clone(rng=rng)))
-        elif callable(value):
-            out.append((name, value))
-        else:
-            raise TypeError(
-                f"policies[{name!r}] must be a ClusteringPolicy or a callable(rng), "
-                f"got {type(value).__name__}"
-            )
-    return out
+    return resolve_factories(policies, ClusteringPolicy)
 
 
 def _check_env(env: Any) -> None:
@@ -313,15 +256,15 @@ def simulate_clustering(
     _check_env(env)
     T = check_positive_int(horizon, "horizon")
     S = check_positive_int(n_seeds, "n_seeds")
-    seed = _check_seed(seed)
-    redraw_env = _check_bool(redraw_env, "redraw_env")
-    keep_policies = _check_bool(return_runs, "return_runs")
-    progress = _check_bool(progress, "progress")
+    seed = check_seed(seed)
+    redraw_env = check_bool(redraw_env, "redraw_env")
+    keep_policies = check_bool(return_runs, "return_runs")
+    progress = check_bool(progress, "progress")
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     n_jobs = check_positive_int(n_jobs, "n_jobs")
     steps = record_steps(T, n_points)
 
-    first_seed = check_first_seed(first_seed)
+    first_seed = check_seed(first_seed, "first_seed")
     seqs = seed_children(seed, first_seed, S)
 
     def job(s: int) -> dict[str, Any]:
@@ -375,9 +318,12 @@ def simulate_clustering(
             "user": np.arange(env.n_users),
         },
         attrs={
-            "env": _config_json(env),
+            "env": config_json(env, per_seed_rng=True),
             "policies": json.dumps(
-                {n: json.loads(_config_json(p)) for n, p in zip(names, proto, strict=True)}
+                {
+                    n: json.loads(config_json(p, per_seed_rng=True))
+                    for n, p in zip(names, proto, strict=True)
+                }
             ),
             "horizon": T,
             "n_seeds": S,
@@ -526,8 +472,8 @@ def run_setting(
     env = make_env(setting, scale=scale, n_users=n_users, reward=reward, noise_sd=noise_sd)
     T = cfg["horizon"] if horizon is None else check_positive_int(horizon, "horizon")
     S = cfg["n_seeds"] if n_seeds is None else check_positive_int(n_seeds, "n_seeds")
-    audit = _check_bool(audit, "audit")
-    first_seed = check_first_seed(first_seed)
+    audit = check_bool(audit, "audit")
+    first_seed = check_seed(first_seed, "first_seed")
     audit = audit and "SCLUB" in policies and first_seed == 0
     res = simulate_clustering(
         make_policies(env.n_users, env.n_features, policies, preset=preset),

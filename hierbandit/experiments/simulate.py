@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import json
-import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,9 +30,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._validation import check_choice, check_index, check_positive_int
+from .._validation import check_bool, check_choice, check_index, check_positive_int
 from ..policies.base import Policy
-from ._config import check_first_seed, config_json, resolve_factories, seed_children
+from ._config import check_seed, config_json, resolve_factories, seed_children
 
 __all__ = ["cumulative_regret", "regret_table", "simulate"]
 
@@ -41,12 +40,6 @@ PolicyFactory = Callable[[np.random.Generator], Policy]
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
 def _resolve_policies(policies: Any) -> list[tuple[str, PolicyFactory]]:
     return resolve_factories(policies, Policy)
 
@@ -270,15 +263,11 @@ def simulate(
     _check_env(env)
     T = check_positive_int(horizon, "horizon")
     S = check_positive_int(n_seeds, "n_seeds")
-    if isinstance(seed, bool | np.bool_) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be a non-negative int, got {type(seed).__name__} {seed!r}")
-    if seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed}")
-    seed = int(seed)
-    first_seed = check_first_seed(first_seed)
-    redraw_env = _check_bool(redraw_env, "redraw_env")
-    oracle_regret = _check_bool(oracle_regret, "oracle_regret")
-    progress = _check_bool(progress, "progress")
+    seed = check_seed(seed)
+    first_seed = check_seed(first_seed, "first_seed")
+    redraw_env = check_bool(redraw_env, "redraw_env")
+    oracle_regret = check_bool(oracle_regret, "oracle_regret")
+    progress = check_bool(progress, "progress")
     if isinstance(vectorize, bool | np.bool_):
         vectorize = bool(vectorize)
     elif not (isinstance(vectorize, str) and vectorize == "auto"):

@@ -35,7 +35,6 @@ Theorem 1 constants. See ``docs/sclub.md``.
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Any, ClassVar
 
@@ -43,6 +42,7 @@ import numpy as np
 import xarray as xr
 from numba import njit
 
+from .._params import ParamsMixin
 from .._validation import (
     MAX_ABS,
     _as_float_array,
@@ -795,7 +795,7 @@ def _check_every(value: Any, name: str) -> int:
 # ---------------------------------------------------------------------- base class
 
 
-class ClusteringPolicy(SharedStateMixin):
+class ClusteringPolicy(SharedStateMixin, ParamsMixin):
     """Shared API of the clustering bandits (validated select/update, clusters, clone).
 
     Thread safety and checkpoints: ``select``, ``update``, ``run``, ``clusters``,
@@ -1036,22 +1036,6 @@ class ClusteringPolicy(SharedStateMixin):
                 "feature_": np.arange(d),
             },
         )
-
-    def get_params(self) -> dict[str, Any]:
-        """Constructor arguments of this policy (scikit-learn style)."""
-        sig = inspect.signature(type(self).__init__)
-        return {
-            name: getattr(self, name)
-            for name, p in sig.parameters.items()
-            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-        }
-
-    def clone(self, rng: Any = "same") -> ClusteringPolicy:
-        """A fresh, untrained policy with the same configuration (``rng="same"`` reuses it)."""
-        params = self.get_params()
-        if not (isinstance(rng, str) and rng == "same"):
-            params["rng"] = rng
-        return type(self)(**params)
 
     def __repr__(self) -> str:
         return (

@@ -23,6 +23,7 @@ import xarray as xr
 from numba import njit
 
 from .._validation import (
+    check_bool,
     check_choice,
     check_index,
     check_positive_int,
@@ -42,12 +43,6 @@ __all__ = [
 ]
 
 _JIT = {"cache": True, "nogil": True}
-
-
-def _check_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 # ---------------------------------------------------------------------- forced sampling
@@ -536,7 +531,7 @@ class OLSBandit(ForcedSamplingBandit):
         rng: Any = None,
     ) -> None:
         super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
-        self.warmup = _check_bool(warmup, "warmup")
+        self.warmup = check_bool(warmup, "warmup")
         self._init_forced_sampling(q, h, ridge, clock, n_arms * n_features if self.warmup else 0)
 
     def _exploit_scores(self, j: int, x: np.ndarray, out: np.ndarray) -> None:

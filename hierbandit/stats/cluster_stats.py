@@ -372,12 +372,6 @@ def cs_assign(U, C, L, reg, labels_in):
 # ---------------------------------------------------------------------- public class
 
 
-def _check_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
 def check_labels(labels: Any, n_users: int, name: str = "labels") -> np.ndarray:
     """Integer labels of length ``n_users``, returned renamed to 0..k-1 by first appearance."""
     from .partitions import canonical_labels
