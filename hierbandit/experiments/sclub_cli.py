@@ -16,20 +16,12 @@ from typing import Annotated
 
 import typer
 
+from ._cli_common import Out, Scale, Seed, fail
+
 app = typer.Typer(
     no_args_is_help=True,
     help="Online clustering of bandits: SCLUB, CLUB, LinUCB-One and LinUCB-Ind.",
 )
-
-Out = Annotated[Path, typer.Option("--out", help="Output folder.")]
-Seed = Annotated[int, typer.Option("--seed", min=0, help="Base seed.")]
-
-
-class Scale(enum.StrEnum):
-    """Experiment scales (see ``hierbandit.experiments.sclub.SCALES``)."""
-
-    small = "small"
-    paper = "paper"
 
 
 class Reward(enum.StrEnum):
@@ -51,11 +43,6 @@ class AuditMethod(enum.StrEnum):
 
     em = "em"
     nuts = "nuts"
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"Error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 @app.command("reproduce")
@@ -123,7 +110,7 @@ def reproduce_cmd(
             progress=progress,
         )
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     table = Table(title="final cumulative regret (mean ± s.e.) [final clusters]")
     table.add_column("policy")
     for s in results:
@@ -195,7 +182,7 @@ def audit_cmd(
             **kwargs,
         )
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     write_dataset(aud, out / f"audit_{setting}.nc")
     write_json(out / f"audit_{setting}.json", dict(aud.attrs))

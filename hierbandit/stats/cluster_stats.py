@@ -44,8 +44,7 @@ import xarray as xr
 from numba import njit
 
 from .._validation import check_index, check_positive_int, check_scalar, check_vector
-from ._kernels import spd_inverse
-from .ridge import RidgeStats, ridge_add
+from .ridge import RidgeStats, ridge_add, sherman_morrison_add, solve_unit
 
 __all__ = ["ClusterStats", "confidence_F"]
 
@@ -107,23 +106,6 @@ def _unlink(c, u, head, tail, nxt, prv):
 
 
 @njit(**_JIT)
-def solve_cluster(cG, cb, reg, cAinv, ctheta, c):
-    """Exact (reg·I + G^C)⁻¹ by Cholesky and θ̂^C = (reg·I + G^C)⁻¹ b^C for slot ``c``."""
-    d = cb.shape[1]
-    A = np.empty((d, d))
-    for i in range(d):
-        for k in range(d):
-            A[i, k] = 0.5 * (cG[c, i, k] + cG[c, k, i])
-        A[i, i] += reg
-    spd_inverse(A, cAinv[c])
-    for i in range(d):
-        s = 0.0
-        for k in range(d):
-            s += cAinv[c, i, k] * cb[c, k]
-        ctheta[c, i] = s
-
-
-@njit(**_JIT)
 def cs_recompute_cluster(U, C, L, reg, c):
     """Recompute slot ``c``'s sums exactly from its members, then its inverse and estimate."""
     uG, ub, uq, un = U[0], U[1], U[2], U[3]
@@ -145,7 +127,7 @@ def cs_recompute_cluster(U, C, L, reg, c):
         cq[c] += uq[u]
         cn[c] += un[u]
         u = nxt[u]
-    solve_cluster(cG, cb, reg, cAinv, ctheta, c)
+    solve_unit(cG, cb, reg, cAinv, ctheta, c)
     since[c] = 0
 
 
@@ -204,26 +186,7 @@ def cs_add(U, C, L, reg, user_every, cluster_every, u, x, y):
     if cluster_every > 0 and since[c] >= cluster_every:
         cs_recompute_cluster(U, C, L, reg, c)
         return
-    Ax = np.empty(d)
-    s = 1.0
-    for i in range(d):
-        t = 0.0
-        for k in range(d):
-            t += cAinv[c, i, k] * x[k]
-        Ax[i] = t
-        s += x[i] * t
-    # update the upper triangle and mirror it, so (S^C)⁻¹ stays exactly symmetric
-    for i in range(d):
-        ci = Ax[i] / s
-        for k in range(i, d):
-            v = cAinv[c, i, k] - ci * Ax[k]
-            cAinv[c, i, k] = v
-            cAinv[c, k, i] = v
-    for i in range(d):
-        t = 0.0
-        for k in range(d):
-            t += cAinv[c, i, k] * cb[c, k]
-        ctheta[c, i] = t
+    sherman_morrison_add(cAinv, cb, ctheta, c, x)
 
 
 @njit(**_JIT)
@@ -247,7 +210,7 @@ def cs_split_user(U, C, L, reg, u):
             cG[c, i, k] -= uG[u, i, k]
     cq[c] -= uq[u]
     cn[c] -= un[u]
-    solve_cluster(cG, cb, reg, cAinv, ctheta, c)
+    solve_unit(cG, cb, reg, cAinv, ctheta, c)
     c2 = _alloc(C)
     for i in range(d):
         cb[c2, i] = ub[u, i]
@@ -289,7 +252,7 @@ def cs_merge(U, C, L, reg, c1, c2):
     size[c1] += size[c2]
     if since[c2] > since[c1]:
         since[c1] = since[c2]
-    solve_cluster(cG, cb, reg, cAinv, ctheta, c1)
+    solve_unit(cG, cb, reg, cAinv, ctheta, c1)
     _release(C, c2)
 
 
@@ -331,8 +294,8 @@ def cs_move_users(U, C, L, reg, users, count):
             cG[src, i, k] -= cG[c2, i, k]
     cq[src] -= cq[c2]
     cn[src] -= cn[c2]
-    solve_cluster(cG, cb, reg, cAinv, ctheta, src)
-    solve_cluster(cG, cb, reg, cAinv, ctheta, c2)
+    solve_unit(cG, cb, reg, cAinv, ctheta, src)
+    solve_unit(cG, cb, reg, cAinv, ctheta, c2)
     return c2
 
 

@@ -47,7 +47,35 @@ OLS_RANK_TOL = 1e-10
 
 
 @njit(**_JIT)
-def _recompute_unit(G, b, reg, Ainv, theta, u):
+def sherman_morrison_add(Ainv, b, theta, u, x):
+    """A⁻¹ ← (A + xxᵀ)⁻¹ by Sherman–Morrison and θ = A⁻¹b for unit ``u`` (``b`` already holds
+    the new row). The upper triangle is updated and mirrored, so A⁻¹ stays exactly symmetric.
+    Shared by the per-unit statistics here and the cluster statistics of
+    :mod:`hierbandit.stats.cluster_stats`. O(d²)."""
+    d = x.shape[0]
+    Ax = np.empty(d)
+    s = 1.0
+    for i in range(d):
+        t = 0.0
+        for k in range(d):
+            t += Ainv[u, i, k] * x[k]
+        Ax[i] = t
+        s += x[i] * t
+    for i in range(d):
+        ci = Ax[i] / s
+        for k in range(i, d):
+            v = Ainv[u, i, k] - ci * Ax[k]
+            Ainv[u, i, k] = v
+            Ainv[u, k, i] = v
+    for i in range(d):
+        t = 0.0
+        for k in range(d):
+            t += Ainv[u, i, k] * b[u, k]
+        theta[u, i] = t
+
+
+@njit(**_JIT)
+def solve_unit(G, b, reg, Ainv, theta, u):
     """Exact A⁻¹ = (reg·I + G)⁻¹ and θ = A⁻¹b for unit ``u`` (Cholesky)."""
     d = b.shape[1]
     A = np.empty((d, d))
@@ -78,35 +106,16 @@ def ridge_add(G, b, q, n, Ainv, theta, reg, u, x, y, recompute_every):
     q[u] += y * y
     n[u] += 1
     if recompute_every > 0 and n[u] % recompute_every == 0:
-        _recompute_unit(G, b, reg, Ainv, theta, u)
+        solve_unit(G, b, reg, Ainv, theta, u)
         return
-    Ax = np.empty(d)
-    s = 1.0
-    for i in range(d):
-        t = 0.0
-        for k in range(d):
-            t += Ainv[u, i, k] * x[k]
-        Ax[i] = t
-        s += x[i] * t
-    # update the upper triangle and mirror it, so A⁻¹ stays exactly symmetric
-    for i in range(d):
-        ci = Ax[i] / s
-        for k in range(i, d):
-            v = Ainv[u, i, k] - ci * Ax[k]
-            Ainv[u, i, k] = v
-            Ainv[u, k, i] = v
-    for i in range(d):
-        t = 0.0
-        for k in range(d):
-            t += Ainv[u, i, k] * b[u, k]
-        theta[u, i] = t
+    sherman_morrison_add(Ainv, b, theta, u, x)
 
 
 @njit(**_JIT)
 def recompute_units(G, b, reg, Ainv, theta, units):
     """Exact recomputation of A⁻¹ and θ for the listed units."""
     for t in range(units.shape[0]):
-        _recompute_unit(G, b, reg, Ainv, theta, units[t])
+        solve_unit(G, b, reg, Ainv, theta, units[t])
 
 
 @njit(**_JIT)
