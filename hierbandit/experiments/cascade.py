@@ -37,7 +37,7 @@ import pandas as pd
 import xarray as xr
 
 from .._io import atomic_write, write_dataset, write_json
-from .._validation import check_choice, check_positive_int
+from .._validation import check_bool, check_choice, check_positive_int
 from ..envs.cascade import (
     CascadeEnv,
     _backward_plan,
@@ -230,9 +230,8 @@ def simulate_cascade(
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     first_seed = check_seed(first_seed, "first_seed")
-    for name, val in (("redraw_env", redraw_env), ("progress", progress)):
-        if not isinstance(val, bool | np.bool_):
-            raise TypeError(f"{name} must be a bool, got {type(val).__name__}")
+    redraw_env = check_bool(redraw_env, "redraw_env")
+    progress = check_bool(progress, "progress")
     P = len(factories)
     out = {
         "regret": np.empty((P, S, T)),

@@ -47,6 +47,7 @@ from .._validation import (
     MAX_ABS,
     _as_float_array,
     as_generator,
+    check_bool,
     check_choice,
     check_index,
     check_matrix,
@@ -1270,17 +1271,11 @@ class SCLUB(ClusteringPolicy):
             tie_break=tie_break,
             rng=rng,
         )
-        if not isinstance(double_count_split, bool | np.bool_):
-            raise TypeError(
-                f"double_count_split must be a bool, got {type(double_count_split).__name__}"
-            )
-        self.double_count_split = bool(double_count_split)
+        self.double_count_split = check_bool(double_count_split, "double_count_split")
         self.alpha_theta = check_scalar(alpha_theta, "alpha_theta", low=0.0, low_inclusive=False)
         self.alpha_p = check_scalar(alpha_p, "alpha_p", low=0.0, low_inclusive=False)
         self.freq_test = check_choice(freq_test, ("pairwise", "cluster_avg"), "freq_test")
-        if not isinstance(use_frequency, bool | np.bool_):
-            raise TypeError(f"use_frequency must be a bool, got {type(use_frequency).__name__}")
-        self.use_frequency = bool(use_frequency)
+        self.use_frequency = check_bool(use_frequency, "use_frequency")
         self.pivot = check_choice(pivot, ("phase_start", "current"), "pivot")
         self.uncheck = check_choice(uncheck, ("phase", "round"), "uncheck")
         self.merge_scan = check_choice(merge_scan, ("current", "all"), "merge_scan")
