@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 import xarray as xr
 
-from .._validation import as_generator, check_index, check_scalar
+from .._validation import MAX_ABS, _check_finite, as_generator, check_index, check_scalar
 from ._core import argmax_random_ties, lcb_ucb_scores
 from .dataset import OfflineDataset, as_offline_dataset
 
@@ -208,8 +208,7 @@ class OfflineModel(ABC):
         if arr.shape[-2] == 0:
             raise ValueError("actions must contain at least one action")
         arr = arr.astype(np.float64)
-        if not np.all(np.isfinite(arr)):
-            raise ValueError("actions must be finite (no NaN or inf)")
+        _check_finite(arr, "actions", MAX_ABS)
         return arr
 
     def scores(self, user: int, actions: Any) -> np.ndarray:
