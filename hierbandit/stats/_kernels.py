@@ -25,8 +25,14 @@ def inv_general(M, out):
 
     Returns False (leaving ``out`` undefined) if a pivot is exactly zero.
     """
+    return inv_general_into(M, out, np.empty_like(M))
+
+
+@njit(**_JIT)
+def inv_general_into(M, out, W):
+    """:func:`inv_general` with the caller's (d, d) scratch ``W`` (hot loops avoid allocating)."""
     d = M.shape[0]
-    W = M.copy()
+    W[:, :] = M
     for i in range(d):
         for k in range(d):
             out[i, k] = 1.0 if i == k else 0.0
@@ -89,9 +95,15 @@ def spd_inverse(P, out):
     Falls back to Gauss–Jordan when the Cholesky factorisation fails numerically.
     """
     d = P.shape[0]
-    L = np.empty((d, d))
+    return spd_inverse_into(P, out, np.empty((d, d)), np.empty((d, d)))
+
+
+@njit(**_JIT)
+def spd_inverse_into(P, out, L, Li):
+    """:func:`spd_inverse` with the caller's (d, d) scratch ``L`` and ``Li``."""
+    d = P.shape[0]
     if not cholesky_lower(P, L):
-        ok = inv_general(P, out)
+        ok = inv_general_into(P, out, Li)
         for i in range(d):
             for j in range(i):
                 v = 0.5 * (out[i, j] + out[j, i])
@@ -99,8 +111,9 @@ def spd_inverse(P, out):
                 out[j, i] = v
         return ok
     # Linv (lower triangular)
-    Li = np.zeros((d, d))
     for i in range(d):
+        for j in range(i + 1, d):
+            Li[i, j] = 0.0
         Li[i, i] = 1.0 / L[i, i]
         for j in range(i):
             s = 0.0
@@ -131,6 +144,7 @@ def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
     N, d = b.shape
     M = np.empty((d, d))
     Minv = np.empty((d, d))
+    W = np.empty((d, d))
     ok = True
     for i in range(d):
         r[i] = h0[i]
@@ -144,7 +158,7 @@ def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
                 for m in range(d):
                     s += Sigma[i, m] * G[j, m, k]
                 M[i, k] = s + (sigma2 if i == k else 0.0)
-        ok &= inv_general(M, Minv)
+        ok &= inv_general_into(M, Minv, W)
         for i in range(d):
             for k in range(d):
                 s = 0.0
@@ -347,12 +361,18 @@ def full_rank_cholesky(G, rank_tol, L):
     needs anyway. The one test every least-squares fit of the package uses.
     """
     d = G.shape[0]
+    return full_rank_cholesky_into(G, rank_tol, L, np.empty((d, d)))
+
+
+@njit(**_JIT)
+def full_rank_cholesky_into(G, rank_tol, L, M):
+    """:func:`full_rank_cholesky` with the caller's (d, d) scratch ``M``."""
+    d = G.shape[0]
     tr = 0.0
     for i in range(d):
         tr += G[i, i]
     if not tr > 0.0:
         return False
-    M = np.empty((d, d))
     for i in range(d):
         for k in range(d):
             M[i, k] = 0.5 * (G[i, k] + G[k, i])
@@ -367,8 +387,13 @@ def full_rank_cholesky(G, rank_tol, L):
 @njit(**_JIT)
 def cholesky_solve(L, rhs, out):
     """Solve (L Lᵀ) out = rhs by forward and back substitution."""
+    cholesky_solve_into(L, rhs, out, np.empty(L.shape[0]))
+
+
+@njit(**_JIT)
+def cholesky_solve_into(L, rhs, out, z):
+    """:func:`cholesky_solve` with the caller's (d,) scratch ``z``."""
     d = L.shape[0]
-    z = np.empty(d)
     for i in range(d):
         s = rhs[i]
         for k in range(i):
@@ -391,8 +416,9 @@ def ols_all(G, b, ridge, rank_tol, B, ok):
     N, d = b.shape
     Gr = np.empty((d, d))
     L = np.empty((d, d))
+    z = np.empty(d)
     for j in range(N):
-        ok[j] = full_rank_cholesky(G[j], rank_tol, L)
+        ok[j] = full_rank_cholesky_into(G[j], rank_tol, L, Gr)
         if not ok[j]:
             continue
         if ridge > 0.0:
@@ -400,7 +426,7 @@ def ols_all(G, b, ridge, rank_tol, B, ok):
                 for k in range(d):
                     Gr[i, k] = 0.5 * (G[j, i, k] + G[j, k, i]) + (ridge if i == k else 0.0)
             cholesky_lower(Gr, L)
-        cholesky_solve(L, b[j], B[j])
+        cholesky_solve_into(L, b[j], B[j], z)
 
 
 @njit(**_JIT)
@@ -472,14 +498,46 @@ def threshold_grid(S, threshold_diagonal):
 
 
 @njit(**_JIT)
+def _validation_rows(u, n, n2, sel_u, sel):
+    """Fill ``sel`` with the indices of the ``n2`` smallest of ``u[:n]`` (ties: smaller index).
+
+    These are the rows t whose rank ``#{s : u_s < u_t or (u_s = u_t and s < t)}`` is below n2
+    (``np.argsort(u, kind="stable")[:n2]`` as a set). An insertion into a sorted buffer of length
+    n2, so a row that is not among the smallest seen so far costs one comparison.
+    """
+    m = 0
+    for t in range(n):
+        ut = u[t]
+        if m == n2 and not ut < sel_u[n2 - 1]:
+            continue
+        pos = m if m < n2 else n2 - 1
+        # shift larger entries right; an equal entry (a smaller index) stays ahead of row t
+        while pos > 0 and ut < sel_u[pos - 1]:
+            sel_u[pos] = sel_u[pos - 1]
+            sel[pos] = sel[pos - 1]
+            pos -= 1
+        sel_u[pos] = ut
+        sel[pos] = t
+        if m < n2:
+            m += 1
+
+
+@njit(**_JIT)
 def bickel_levina_cv(B, normalization, threshold_diagonal, uniforms, grid, risk):
     """Random-split cross-validation of the hard threshold (Bickel & Levina 2008, §4).
 
     ``B`` holds the n usable OLS vectors; split r puts the n₂ = ⌊n / log n⌋ rows with the smallest
-    ``uniforms[r]`` in the validation half (the order of ``argsort(uniforms[r])``). ``risk[g]``
+    ``uniforms[r, :n]`` in the validation half (``uniforms`` may have more columns, one per instance
+    of the arm, of which the first n are used; the order of ``argsort(uniforms[r, :n])``). ``risk[g]``
     receives the mean Frobenius loss ‖T_γ(Ŝ₁) − Ŝ₂‖²_F of threshold ``grid[g]``. Returns the index
     of the smallest threshold attaining the minimum, or 0 (no thresholding) when either half would
     hold fewer than two vectors.
+
+    Cost per split: the n₂ validation rows are selected in O(n) comparisons, their sums and outer
+    products are accumulated (O(n₂d²)), and the training half's follow as the totals over all n
+    rows (computed once) minus the validation half's. The risk over the grid is accumulated per
+    matrix entry as a step function of γ: the entry's "keep" loss below its first grid point above
+    |a₁|, its "drop" loss from there on.
     """
     n, d = B.shape
     G = grid.shape[0]
@@ -500,60 +558,60 @@ def bickel_levina_cv(B, normalization, threshold_diagonal, uniforms, grid, risk)
         m /= n
         for t in range(n):
             Bc[t, i] = B[t, i] - m
+    # totals over all rows
+    st = np.zeros(d)
+    Ot = np.zeros((d, d))
+    for t in range(n):
+        for i in range(d):
+            v = Bc[t, i]
+            st[i] += v
+            for k in range(i, d):
+                Ot[i, k] += v * Bc[t, k]
     f1 = _norm_factor(n1, normalization)
     f2 = _norm_factor(n2, normalization)
     R = uniforms.shape[0]
-    in_val = np.empty(n, dtype=np.bool_)
-    s1 = np.empty(d)
+    sel = np.empty(n2, dtype=np.int64)
+    sel_u = np.empty(n2)
     s2 = np.empty(d)
-    O1 = np.empty((d, d))
     O2 = np.empty((d, d))
+    # step[g]: change of the risk at grid point g (the drop-minus-keep losses of the entries
+    # whose first grid point above |a₁| is g); base: the sum of the keep losses
+    step = np.zeros(G + 1)
+    base = 0.0
     for rr in range(R):
-        u = uniforms[rr]
-        for t in range(n):
-            rank = 0
-            ut = u[t]
-            for s in range(n):
-                us = u[s]
-                if us < ut or (us == ut and s < t):
-                    rank += 1
-            in_val[t] = rank < n2
+        _validation_rows(uniforms[rr], n, n2, sel_u, sel)
         for i in range(d):
-            s1[i] = 0.0
             s2[i] = 0.0
             for k in range(i, d):
-                O1[i, k] = 0.0
                 O2[i, k] = 0.0
-        for t in range(n):
-            if in_val[t]:
-                for i in range(d):
-                    v = Bc[t, i]
-                    s2[i] += v
-                    for k in range(i, d):
-                        O2[i, k] += v * Bc[t, k]
-            else:
-                for i in range(d):
-                    v = Bc[t, i]
-                    s1[i] += v
-                    for k in range(i, d):
-                        O1[i, k] += v * Bc[t, k]
+        for c in range(n2):
+            t = sel[c]
+            for i in range(d):
+                v = Bc[t, i]
+                s2[i] += v
+                for k in range(i, d):
+                    O2[i, k] += v * Bc[t, k]
         for i in range(d):
+            s1i = st[i] - s2[i]
             for k in range(i, d):
-                a1 = (O1[i, k] - s1[i] * s1[k] / n1) * f1
+                s1k = st[k] - s2[k]
+                a1 = (Ot[i, k] - O2[i, k] - s1i * s1k / n1) * f1
                 a2 = (O2[i, k] - s2[i] * s2[k] / n2) * f2
                 w = 1.0 if i == k else 2.0
-                thresholdable = i != k or threshold_diagonal
                 e_keep = (a1 - a2) * (a1 - a2) * w
-                e_drop = a2 * a2 * w
-                aa = abs(a1)
-                for g in range(G):
-                    if thresholdable and aa < grid[g]:
-                        risk[g] += e_drop
-                    else:
-                        risk[g] += e_keep
+                base += e_keep
+                if i != k or threshold_diagonal:
+                    # the entry is zeroed at every grid point γ > |a₁|
+                    aa = abs(a1)
+                    g = 0
+                    while g < G and not aa < grid[g]:
+                        g += 1
+                    step[g] += a2 * a2 * w - e_keep
+    acc = base
     best = 0
     for g in range(G):
-        risk[g] /= R
+        acc += step[g]
+        risk[g] = acc / R
         if risk[g] < risk[best]:
             best = g
     return best
@@ -645,12 +703,14 @@ def estimate_Sigma(
         # subtract σ̂² · mean_j G_j⁻¹ (method-of-moments correction of the OLS sampling noise)
         Gr = np.empty((d, d))
         Gi = np.empty((d, d))
+        L = np.empty((d, d))
+        Li = np.empty((d, d))
         for t in range(n_eff):
             j = idx_eff[t]
             for i in range(d):
                 for k in range(d):
                     Gr[i, k] = G[j, i, k] + (ridge if i == k else 0.0)
-            spd_inverse(Gr, Gi)
+            spd_inverse_into(Gr, Gi, L, Li)
             for i in range(d):
                 for k in range(d):
                     S[i, k] -= sigma2 * Gi[i, k] / n_eff

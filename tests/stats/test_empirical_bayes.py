@@ -266,6 +266,42 @@ def test_bickel_levina_matches_reference(n, normalization, diag):
     assert gamma == grid[np.flatnonzero(risk == risk.min())[0]]
 
 
+def _bl_kernel(B, U, normalization, diag):
+    from hierbandit.stats import _kernels as K
+
+    norm = {"n-1": 0, "n": 1, "none": 2}[normalization]
+    S = _scatter(B, normalization)
+    grid = K.threshold_grid(S, diag)
+    risk = np.empty(grid.shape[0])
+    best = K.bickel_levina_cv(B, norm, diag, U, grid, risk)
+    return float(grid[best]), grid, risk
+
+
+@pytest.mark.parametrize("extra", [0, 1, 7])
+def test_bickel_levina_kernel_uses_the_first_n_uniforms_and_breaks_ties_by_index(extra):
+    """The online step passes one uniform per instance of the arm while only the n usable OLS
+    vectors take part: the split must be the reference's on ``U[:, :n]``. With ties among the
+    uniforms the smaller index goes to the validation half (a stable sort)."""
+    rng = np.random.default_rng(31 + extra)
+    n, d = 12, 3
+    B = rng.normal(size=(n, d)) @ np.array([[1.0, 0.7, 0.0], [0.0, 1.0, 0.2], [0.0, 0.0, 1.0]])
+    # uniforms on a coarse lattice: many ties within a split
+    U = np.floor(rng.random((40, n + extra)) * 5) / 5
+    g, grid, risk = _bl_kernel(B, U, "n-1", False)
+
+    n2 = int(np.floor(n / np.log(n)))
+    ref = np.zeros(grid.size)
+    for u in U[:, :n]:
+        order = np.argsort(u, kind="stable")
+        valid, train = order[:n2], order[n2:]
+        S1, S2 = _scatter(B[train], "n-1"), _scatter(B[valid], "n-1")
+        for k, gamma in enumerate(grid):
+            ref[k] += np.sum((_threshold(S1, gamma, False) - S2) ** 2)
+    ref /= len(U)
+    np.testing.assert_allclose(risk, ref, rtol=1e-12, atol=1e-15)
+    assert g == grid[np.flatnonzero(risk == risk.min())[0]]
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_bickel_levina_too_few_vectors_gives_zero(n):
     rng = np.random.default_rng(n)
