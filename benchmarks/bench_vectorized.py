@@ -1,6 +1,7 @@
 """Decisions per second of the compiled multi-seed loop against the per-seed Python loop.
 
-For EbmTS (empirical-Bayes re-estimation every pull, as in the paper, and every 100 pulls) and
+For EbmTS (empirical-Bayes re-estimation every pull, as in the paper, and every m pulls,
+``--every 1,10,100`` by default) and
 LinUCB at N = 10, K = 5, d = 3, with 1 seed and with 100 seeds, prints the aggregate decisions
 per second (select + update, summed over seeds) of
 
@@ -24,7 +25,8 @@ leading seed axis and the Generators passed in typed lists (EbmTS, EB every 100 
 seeds). It checks that both give the same arms and states, and prints its compilation time and
 speed next to the thread pool's.
 
-Run: ``.venv/bin/python benchmarks/bench_vectorized.py [--quick] [--horizon 2000] [--prange]``.
+Run: ``.venv/bin/python benchmarks/bench_vectorized.py [--quick] [--horizon 2000] [--every 1,10,100]
+[--prange]``.
 """
 
 from __future__ import annotations
@@ -199,15 +201,27 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=2000, help="rounds per seed")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
     parser.add_argument("--prange", action="store_true", help="compare with prange over seeds")
+    parser.add_argument(
+        "--every",
+        default="1,10,100",
+        help="comma-separated EbmTS re-estimation periods m (hyper_update_every; 1 = the paper)",
+    )
     args = parser.parse_args()
+    periods = sorted({int(v) for v in args.every.split(",")})
+    if not periods or min(periods) < 1:
+        parser.error("--every: positive integers, e.g. 1,10,100")
     T = 200 if args.quick else args.horizon
     repeats = 1 if args.quick else args.repeats
     threads = default_threads()
     configs = [
-        ("EbmTS", "every pull", lambda s: EbmTS(N, K, D, rng=s)),
-        ("EbmTS", "every 100", lambda s: EbmTS(N, K, D, rng=s, hyper_update_every=100)),
-        ("LinUCB", "-", lambda s: LinUCB(N, K, D, rng=s)),
+        (
+            "EbmTS",
+            "every pull" if m == 1 else f"every {m}",
+            lambda s, m=m: EbmTS(N, K, D, rng=s, hyper_update_every=m),
+        )
+        for m in periods
     ]
+    configs.append(("LinUCB", "-", lambda s: LinUCB(N, K, D, rng=s)))
     # warm-up: compile (or load from the cache) every kernel before any clock starts
     wi, wx, wr = rollouts(2, 50)
     for _, _, make in configs:
@@ -245,8 +259,8 @@ def main() -> None:
     for name, us in eb_profile(T, repeats):
         print(f"  {name:<50}{us:>8.2f}")
     inst, X, R = rollouts(100, 1)
-    ebm = min(time_batched(configs[1][2], inst, X, R, 1) for _ in range(max(repeats, 3)))
-    lin = min(time_batched(configs[2][2], inst, X, R, 1) for _ in range(max(repeats, 3)))
+    ebm = min(time_batched(configs[-2][2], inst, X, R, 1) for _ in range(max(repeats, 3)))
+    lin = min(time_batched(configs[-1][2], inst, X, R, 1) for _ in range(max(repeats, 3)))
     print(
         "\nPython work per seed (run_batched on 100 seeds of one round, 1 thread): "
         f"EbmTS {ebm / 100 * 1e6:.0f} µs, LinUCB {lin / 100 * 1e6:.0f} µs"
