@@ -329,7 +329,8 @@ def run_offline(
         "dataset": dataset,
         "distribution": distribution,
         "logging": logging,
-        "scale": scale,
+        # the named scale only when its values were used unchanged ("config" has every value)
+        "scale": scale if all(cfg[k] == SCALES[scale].get(k) for k in overrides) else "custom",
         "seed": seed,
         "n_seeds": n_seeds,
         "lambda_tilde_a": lambda_tilde_a,
