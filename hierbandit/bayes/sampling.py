@@ -111,15 +111,19 @@ def _sample_numpyro(
 ) -> Any:
     import arviz as az
     import jax
-    import jax.numpy as jnp
     from numpyro.infer import NUTS
 
     start = time.perf_counter()
     value_vars = model.value_vars
     names = [v.name for v in value_vars]
     logp_fn, data = _jaxify_logp_with_data(model)
-    data = tuple(jnp.asarray(v) for v in data)
+    # host arrays, not ``jnp`` ones: the sampler program takes NumPy inputs directly, and every
+    # conversion to a JAX array on the host would compile (and cache) a small program of its own
+    data = tuple(np.asarray(v) for v in data)
 
+    # one jitted function: the sampler evaluates the potential at several places of its program
+    # (initial state, leapfrog steps), and a jitted callee is traced once and reused
+    @jax.jit
     def potential_with(params: dict[str, Any], data: tuple) -> Any:
         return -logp_fn(*[params[n] for n in names], *data)[0]
 
@@ -158,24 +162,29 @@ def _sample_numpyro(
             raise ValueError("could not find a finite initial point in 100 jittered attempts")
         for n in names:
             init[n].append(point[n])
-    init_params = {n: jnp.asarray(np.stack(v)) for n, v in init.items()}
+    init_params = {n: np.stack(v) for n, v in init.items()}
     parallel = jax.local_device_count() >= chains
     # an informed starting diagonal of the inverse mass matrix (``hb_meta["inverse_mass"]``:
     # approximate posterior variances per value variable) spares warm-up the long phase of tiny
     # steps when some coordinates are far more concentrated than others; adaptation refines it
     inverse_mass = None
     if "inverse_mass" in meta and not dense_mass:
-        from jax.flatten_util import ravel_pytree
-
         guess = meta["inverse_mass"](model)
-        inverse_mass, _ = ravel_pytree(
-            {n: jnp.broadcast_to(jnp.asarray(guess.get(n, 1.0), float), shapes[n]) for n in names}
+        # numpyro flattens the position as ``jax.flatten_util.ravel_pytree`` does: the dict's
+        # leaves in sorted key order, each raveled in C order
+        inverse_mass = np.concatenate(
+            [
+                np.broadcast_to(np.asarray(guess.get(n, 1.0), float), shapes[n]).ravel()
+                for n in sorted(names)
+            ]
         )
 
-    def run_chain(key: Any, init: dict[str, Any], data: tuple, inverse_mass: Any) -> Any:
+    def run_chain(chain: Any, init: dict[str, Any], data: tuple, inverse_mass: Any) -> Any:
         # numpyro's kernel API with the data (and the data-dependent starting mass matrix) as
         # arguments of the compiled program: its MCMC driver closes over the model arguments,
-        # which would bake the data into the program
+        # which would bake the data into the program. The chain's key is derived inside the
+        # program (split(PRNGKey(seed))[chain]) rather than by separately compiled calls.
+        key = jax.random.split(jax.random.PRNGKey(random_seed), chains)[chain]
         kernel = NUTS(
             numpyro_model,
             target_accept_prob=target_accept,
@@ -200,13 +209,13 @@ def _sample_numpyro(
         _, trace = jax.lax.scan(step, state, None, length=tune + draws)
         return jax.tree_util.tree_map(lambda x: x[tune:], trace)
 
-    keys = jax.random.split(jax.random.PRNGKey(random_seed), chains)
+    keys = np.arange(chains)
     if parallel:
         runner = jax.pmap(run_chain, in_axes=(0, 0, None, None))
     else:
         runner = jax.jit(jax.vmap(run_chain, in_axes=(0, 0, None, None)))
-    raw, extra = jax.block_until_ready(runner(keys, init_params, data, inverse_mass))
-    sampling_time = time.perf_counter() - start  # JAX dispatches asynchronously: block first
+    raw, extra = jax.device_get(runner(keys, init_params, data, inverse_mass))
+    sampling_time = time.perf_counter() - start  # device_get waits for the asynchronous run
 
     # map the unconstrained draws to the stored (constrained / deterministic) variables
     if "constrain" in meta:
