@@ -1,15 +1,17 @@
 """Where an experiment's cells run: in this process, in a local process pool, or on Dask.
 
-Every executor offers the same operation, :meth:`map_unordered`: call ``fn(*args)`` for every
-argument tuple and yield ``(index, result)`` as each call finishes, in completion order. The
-cells are pure functions of their arguments, so the results do not depend on the executor.
+Every executor offers the same three operations: :meth:`submit` starts ``fn(*args)`` and returns
+a handle, :meth:`next_done` waits until one of the given handles has finished and returns it with
+its result (raising the call's error, if any), and :meth:`cancel` drops calls not yet finished.
+The runner submits each cell as soon as the cells it depends on have finished. The cells are pure
+functions of their arguments, so the results do not depend on the executor.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
 from .._validation import check_positive_int
@@ -18,15 +20,20 @@ __all__ = ["DaskExecutor", "InProcessExecutor", "ProcessPoolCellExecutor", "make
 
 
 class InProcessExecutor:
-    """Run the calls one after the other in this process."""
+    """Run each call in this process when it is submitted."""
 
     description = "in-process"
 
-    def map_unordered(
-        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]
-    ) -> Iterator[tuple[int, Any]]:
-        for i, a in enumerate(args):
-            yield i, fn(*a)
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        fut: Future = Future()
+        fut.set_result(fn(*args))  # an error propagates from here, before anything else starts
+        return fut
+
+    def next_done(self, handles: Sequence[Future]) -> tuple[Future, Any]:
+        return handles[0], handles[0].result()
+
+    def cancel(self, handles: Sequence[Future]) -> None:
+        pass
 
     def close(self) -> None:
         pass
@@ -35,8 +42,8 @@ class InProcessExecutor:
 class ProcessPoolCellExecutor:
     """A local pool of ``workers`` processes (started with ``spawn``: no state leaks in).
 
-    On an error the calls not yet started are cancelled and the error is raised; the calls that
-    finished before it have already been yielded.
+    On an error the runner cancels the calls not yet started; the cells that finished before it
+    are already saved.
     """
 
     def __init__(self, workers: int) -> None:
@@ -46,19 +53,17 @@ class ProcessPoolCellExecutor:
             max_workers=self.workers, mp_context=multiprocessing.get_context("spawn")
         )
 
-    def map_unordered(
-        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]
-    ) -> Iterator[tuple[int, Any]]:
-        futures = {self._pool.submit(fn, *a): i for i, a in enumerate(args)}
-        pending = set(futures)
-        try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    yield futures[fut], fut.result()
-        finally:
-            for fut in pending:
-                fut.cancel()
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        return self._pool.submit(fn, *args)
+
+    def next_done(self, handles: Sequence[Future]) -> tuple[Future, Any]:
+        done, _ = wait(handles, return_when=FIRST_COMPLETED)
+        fut = next(h for h in handles if h in done)  # the earliest submitted of those done
+        return fut, fut.result()
+
+    def cancel(self, handles: Sequence[Future]) -> None:
+        for fut in handles:
+            fut.cancel()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -78,25 +83,31 @@ class DaskExecutor:
 
         self.address = address
         self.description = f"Dask scheduler {address}"
+        self._done: Any = None
         try:
             self._client = Client(address, timeout=timeout, set_as_default=False)
         except OSError as exc:
             raise ValueError(f"scheduler: cannot connect to {address!r}: {exc}") from None
 
-    def map_unordered(
-        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]
-    ) -> Iterator[tuple[int, Any]]:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         from dask.distributed import as_completed
 
-        futures = [self._client.submit(fn, *a, pure=False) for a in args]
-        index = {fut.key: i for i, fut in enumerate(futures)}
-        try:
-            for fut in as_completed(futures, loop=self._client.loop):
-                yield index[fut.key], fut.result()
-        finally:
-            for fut in futures:
-                if not fut.done():
-                    fut.cancel()
+        fut = self._client.submit(fn, *args, pure=False)
+        # one completion queue for every call in flight (this client is not the default one)
+        if self._done is None or self._done.is_empty():
+            self._done = as_completed([fut], loop=self._client.loop)
+        else:
+            self._done.add(fut)
+        return fut
+
+    def next_done(self, handles: Sequence[Any]) -> tuple[Any, Any]:
+        fut = next(self._done)
+        return fut, fut.result()
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        for fut in handles:
+            if not fut.done():
+                fut.cancel()
 
     def close(self) -> None:
         self._client.close()

@@ -89,7 +89,9 @@ def _check_manifest(exp: Experiment, params: dict[str, Any], out: Path, restart:
         )
 
 
-def _stages(cells: list[Cell]) -> list[list[Cell]]:
+def _check_graph(cells: list[Cell]) -> None:
+    """Unique keys, known dependencies and no cycle (each cell then starts once its own
+    dependencies have finished; there are no stages to wait for)."""
     keys = {c.key for c in cells}
     if len(keys) != len(cells):
         raise ValueError("experiment produced duplicate cell keys")
@@ -97,17 +99,14 @@ def _stages(cells: list[Cell]) -> list[list[Cell]]:
         missing = set(c.depends) - keys
         if missing:
             raise ValueError(f"cell {c.key!r} depends on unknown cells {sorted(missing)}")
-    stages: list[list[Cell]] = []
     placed: set[str] = set()
     remaining = list(cells)
     while remaining:
         ready = [c for c in remaining if set(c.depends) <= placed]
         if not ready:
             raise ValueError("experiment cells have a dependency cycle")
-        stages.append(ready)
         placed |= {c.key for c in ready}
         remaining = [c for c in remaining if c.key not in placed]
-    return stages
 
 
 def _load_cell(path: Path, fingerprint: str) -> xr.Dataset | None:
@@ -170,7 +169,7 @@ def run_experiment(
     ):
         raise ValueError(f"max_cells must be a non-negative int or None, got {max_cells!r}")
     cells = exp.cells(resolved)
-    stages = _stages(cells)
+    _check_graph(cells)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {str(out)!r} exists and is not a folder")
@@ -220,32 +219,39 @@ def run_experiment(
         )
         task = bar.add_task(f"{exp.name} ({executor.description})", total=budget)
         bar.start()
+    waiting = [c for c in cells if c.key not in results]  # in the experiment's order
+    running: dict[Any, Cell] = {}  # executor handle → cell, in submission order
+    started = 0
     try:
-        for stage in stages:
-            pending = [c for c in stage if c.key not in results][: budget - len(computed)]
-            if not pending:
-                continue
-            args = [
-                (exp.name, resolved, dict(c.spec), {k: results[k] for k in c.depends})
-                for c in pending
-            ]
-            for i, ds in executor.map_unordered(run_cell, args):
-                cell = pending[i]
-                if not isinstance(ds, xr.Dataset):
-                    raise TypeError(f"cell {cell.key!r} returned {type(ds).__name__}, not Dataset")
-                ds = ds.copy()
-                ds.attrs.update(
-                    experiment=exp.name,
-                    experiment_cell=cell.key,
-                    experiment_fingerprint=fingerprint,
-                    hierbandit_version=__version__,
-                )
-                write_dataset(ds, _cell_path(out, cell.key))
-                results[cell.key] = ds
-                computed.append(cell.key)
-                if bar is not None:
-                    bar.advance(task)
+        while True:
+            # start every cell whose dependencies are done (within the budget of new cells)
+            for cell in [c for c in waiting if all(k in results for k in c.depends)]:
+                if started >= budget:
+                    break
+                args = (exp.name, resolved, dict(cell.spec), {k: results[k] for k in cell.depends})
+                running[executor.submit(run_cell, *args)] = cell
+                waiting.remove(cell)
+                started += 1
+            if not running:
+                break
+            handle, ds = executor.next_done(list(running))
+            cell = running.pop(handle)
+            if not isinstance(ds, xr.Dataset):
+                raise TypeError(f"cell {cell.key!r} returned {type(ds).__name__}, not Dataset")
+            ds = ds.copy()
+            ds.attrs.update(
+                experiment=exp.name,
+                experiment_cell=cell.key,
+                experiment_fingerprint=fingerprint,
+                hierbandit_version=__version__,
+            )
+            write_dataset(ds, _cell_path(out, cell.key))
+            results[cell.key] = ds
+            computed.append(cell.key)
+            if bar is not None:
+                bar.advance(task)
     finally:
+        executor.cancel(list(running))
         if bar is not None:
             bar.stop()
         executor.close()
