@@ -498,46 +498,24 @@ def threshold_grid(S, threshold_diagonal):
 
 
 @njit(**_JIT)
-def _validation_rows(u, n, n2, sel_u, sel):
-    """Fill ``sel`` with the indices of the ``n2`` smallest of ``u[:n]`` (ties: smaller index).
-
-    These are the rows t whose rank ``#{s : u_s < u_t or (u_s = u_t and s < t)}`` is below n2
-    (``np.argsort(u, kind="stable")[:n2]`` as a set). An insertion into a sorted buffer of length
-    n2, so a row that is not among the smallest seen so far costs one comparison.
-    """
-    m = 0
-    for t in range(n):
-        ut = u[t]
-        if m == n2 and not ut < sel_u[n2 - 1]:
-            continue
-        pos = m if m < n2 else n2 - 1
-        # shift larger entries right; an equal entry (a smaller index) stays ahead of row t
-        while pos > 0 and ut < sel_u[pos - 1]:
-            sel_u[pos] = sel_u[pos - 1]
-            sel[pos] = sel[pos - 1]
-            pos -= 1
-        sel_u[pos] = ut
-        sel[pos] = t
-        if m < n2:
-            m += 1
-
-
-@njit(**_JIT)
 def bickel_levina_cv(B, normalization, threshold_diagonal, uniforms, grid, risk):
     """Random-split cross-validation of the hard threshold (Bickel & Levina 2008, §4).
 
     ``B`` holds the n usable OLS vectors; split r puts the n₂ = ⌊n / log n⌋ rows with the smallest
     ``uniforms[r, :n]`` in the validation half (``uniforms`` may have more columns, one per instance
-    of the arm, of which the first n are used; the order of ``argsort(uniforms[r, :n])``). ``risk[g]``
-    receives the mean Frobenius loss ‖T_γ(Ŝ₁) − Ŝ₂‖²_F of threshold ``grid[g]``. Returns the index
-    of the smallest threshold attaining the minimum, or 0 (no thresholding) when either half would
-    hold fewer than two vectors.
+    of the arm, of which the first n are used; ties go to the smaller index, as in a stable
+    ``argsort(uniforms[r, :n])``). ``risk[g]`` receives the mean Frobenius loss
+    ‖T_γ(Ŝ₁) − Ŝ₂‖²_F of threshold ``grid[g]``. Returns the index of the smallest threshold
+    attaining the minimum, or 0 (no thresholding) when either half would hold fewer than two
+    vectors.
 
-    Cost per split: the n₂ validation rows are selected in O(n) comparisons, their sums and outer
-    products are accumulated (O(n₂d²)), and the training half's follow as the totals over all n
-    rows (computed once) minus the validation half's. The risk over the grid is accumulated per
-    matrix entry as a step function of γ: the entry's "keep" loss below its first grid point above
-    |a₁|, its "drop" loss from there on.
+    All splits at once, without data-dependent branches (the splits change at every call, so
+    branches would be mispredicted): the 0/1 validation masks W (R × n) come from rank counts;
+    the validation sums and outer-product sums of every split are one product W Z, where row t of
+    Z holds the centred vector β_t and the upper triangle of β_tβ_tᵀ; the training half's sums are
+    the totals over all rows minus the validation half's. The risk over the grid is accumulated
+    per matrix entry as a step function of γ: the entry's "keep" loss below its first grid point
+    above |a₁|, its "drop" loss from there on.
     """
     n, d = B.shape
     G = grid.shape[0]
@@ -549,54 +527,56 @@ def bickel_levina_cv(B, normalization, threshold_diagonal, uniforms, grid, risk)
     n1 = n - n2
     if n1 < 2 or n2 < 2:
         return 0
+    m = d + d * (d + 1) // 2
     # centre the rows (covariances are shift invariant; this avoids cancellation below)
-    Bc = np.empty((n, d))
+    Z = np.empty((n, m))
     for i in range(d):
-        m = 0.0
+        mu = 0.0
         for t in range(n):
-            m += B[t, i]
-        m /= n
+            mu += B[t, i]
+        mu /= n
         for t in range(n):
-            Bc[t, i] = B[t, i] - m
-    # totals over all rows
-    st = np.zeros(d)
-    Ot = np.zeros((d, d))
+            Z[t, i] = B[t, i] - mu
     for t in range(n):
+        c = d
         for i in range(d):
-            v = Bc[t, i]
-            st[i] += v
             for k in range(i, d):
-                Ot[i, k] += v * Bc[t, k]
+                Z[t, c] = Z[t, i] * Z[t, k]
+                c += 1
+    tot = np.zeros(m)
+    for t in range(n):
+        for j in range(m):
+            tot[j] += Z[t, j]
+    R = uniforms.shape[0]
+    W = np.empty((R, n))
+    for rr in range(R):
+        u = uniforms[rr]
+        for t in range(n):
+            ut = u[t]
+            rank = 0
+            for s in range(t):  # an equal entry with a smaller index ranks first
+                rank += u[s] <= ut
+            for s in range(t + 1, n):
+                rank += u[s] < ut
+            W[rr, t] = 1.0 if rank < n2 else 0.0
+    V = np.dot(W, Z)  # validation sums of every split
     f1 = _norm_factor(n1, normalization)
     f2 = _norm_factor(n2, normalization)
-    R = uniforms.shape[0]
-    sel = np.empty(n2, dtype=np.int64)
-    sel_u = np.empty(n2)
-    s2 = np.empty(d)
-    O2 = np.empty((d, d))
     # step[g]: change of the risk at grid point g (the drop-minus-keep losses of the entries
     # whose first grid point above |a₁| is g); base: the sum of the keep losses
     step = np.zeros(G + 1)
     base = 0.0
     for rr in range(R):
-        _validation_rows(uniforms[rr], n, n2, sel_u, sel)
+        c = d
         for i in range(d):
-            s2[i] = 0.0
+            s2i = V[rr, i]
+            s1i = tot[i] - s2i
             for k in range(i, d):
-                O2[i, k] = 0.0
-        for c in range(n2):
-            t = sel[c]
-            for i in range(d):
-                v = Bc[t, i]
-                s2[i] += v
-                for k in range(i, d):
-                    O2[i, k] += v * Bc[t, k]
-        for i in range(d):
-            s1i = st[i] - s2[i]
-            for k in range(i, d):
-                s1k = st[k] - s2[k]
-                a1 = (Ot[i, k] - O2[i, k] - s1i * s1k / n1) * f1
-                a2 = (O2[i, k] - s2[i] * s2[k] / n2) * f2
+                s2k = V[rr, k]
+                s1k = tot[k] - s2k
+                a1 = (tot[c] - V[rr, c] - s1i * s1k / n1) * f1
+                a2 = (V[rr, c] - s2i * s2k / n2) * f2
+                c += 1
                 w = 1.0 if i == k else 2.0
                 e_keep = (a1 - a2) * (a1 - a2) * w
                 base += e_keep
@@ -604,8 +584,8 @@ def bickel_levina_cv(B, normalization, threshold_diagonal, uniforms, grid, risk)
                     # the entry is zeroed at every grid point γ > |a₁|
                     aa = abs(a1)
                     g = 0
-                    while g < G and not aa < grid[g]:
-                        g += 1
+                    for gg in range(G):
+                        g += not aa < grid[gg]
                     step[g] += a2 * a2 * w - e_keep
     acc = base
     best = 0
