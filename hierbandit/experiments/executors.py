@@ -19,20 +19,29 @@ from .._validation import check_positive_int
 __all__ = ["DaskExecutor", "InProcessExecutor", "ProcessPoolCellExecutor", "make_executor"]
 
 
+class _Call:
+    """A call not yet run (the in-process executor's handle; hashed by identity)."""
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn, self.args = fn, args
+
+
 class InProcessExecutor:
-    """Run each call in this process when it is submitted."""
+    """Run the calls one after the other in this process, each when the runner asks for a
+    finished one (so every result is saved before the next call starts)."""
 
     description = "in-process"
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        fut: Future = Future()
-        fut.set_result(fn(*args))  # an error propagates from here, before anything else starts
-        return fut
+    def submit(self, fn: Callable[..., Any], *args: Any) -> _Call:
+        return _Call(fn, args)
 
-    def next_done(self, handles: Sequence[Future]) -> tuple[Future, Any]:
-        return handles[0], handles[0].result()
+    def next_done(self, handles: Sequence[_Call]) -> tuple[_Call, Any]:
+        call = handles[0]
+        return call, call.fn(*call.args)
 
-    def cancel(self, handles: Sequence[Future]) -> None:
+    def cancel(self, handles: Sequence[_Call]) -> None:
         pass
 
     def close(self) -> None:

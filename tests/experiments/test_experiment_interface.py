@@ -421,10 +421,7 @@ class _ScriptedExecutor:
         pass
 
 
-def test_a_cell_starts_as_soon_as_its_own_dependencies_are_done(tmp_path, monkeypatch):
-    """No stage barrier: C (which needs B) starts while A, which C does not need, still runs;
-    C receives B's result."""
-    from hierbandit.experiments import registry, runner
+def _toy_experiment(run):
     from hierbandit.experiments.registry import Cell, Experiment
 
     def cells(p):
@@ -434,17 +431,11 @@ def test_a_cell_starts_as_soon_as_its_own_dependencies_are_done(tmp_path, monkey
             Cell("C", {"name": "C"}, depends=("B",)),
         ]
 
-    def run(p, spec, deps):
-        got = {k: float(v["x"]) for k, v in deps.items()}
-        return xr.Dataset(
-            {"x": ((), {"A": 1.0, "B": 2.0, "C": 10.0 + sum(got.values())}[spec["name"]])}
-        )
-
     def write(p, results, out, annotate):
         return {}, [f"C = {float(results['C']['x'])}"]
 
     common = {"seeds": 1, "seeds_per_cell": 1}
-    exp = Experiment(
+    return Experiment(
         name="toy-graph",
         title="toy",
         paper="none",
@@ -458,6 +449,37 @@ def test_a_cell_starts_as_soon_as_its_own_dependencies_are_done(tmp_path, monkey
         run_cell=run,
         write=write,
     )
+
+
+def _toy_run(p, spec, deps):
+    got = {k: float(v["x"]) for k, v in deps.items()}
+    value = {"A": 1.0, "B": 2.0, "C": 10.0 + sum(got.values())}[spec["name"]]
+    return xr.Dataset({"x": ((), value)})
+
+
+def test_in_process_saves_each_cell_before_starting_the_next(tmp_path, monkeypatch):
+    """A kill between two cells loses nothing finished: in this process, every cell's file is
+    written before the next cell starts."""
+    from hierbandit.experiments import registry
+
+    out = tmp_path / "run"
+    seen = {}
+
+    def run(p, spec, deps):
+        seen[spec["name"]] = sorted(f.stem for f in (out / "cells").glob("*.nc"))
+        return _toy_run(p, spec, deps)
+
+    monkeypatch.setitem(registry._REGISTRY, "toy-graph", _toy_experiment(run))
+    run_experiment("toy-graph", out=out)
+    assert seen == {"A": [], "B": ["A"], "C": ["A", "B"]}
+
+
+def test_a_cell_starts_as_soon_as_its_own_dependencies_are_done(tmp_path, monkeypatch):
+    """No stage barrier: C (which needs B) starts while A, which C does not need, still runs;
+    C receives B's result."""
+    from hierbandit.experiments import registry, runner
+
+    exp = _toy_experiment(_toy_run)
     monkeypatch.setitem(registry._REGISTRY, "toy-graph", exp)
     scripted = _ScriptedExecutor()
     monkeypatch.setattr(runner, "make_executor", lambda workers, scheduler: scripted)
