@@ -23,10 +23,10 @@ JAX, numpyro and PyMC's JAX bridge are imported before the clock starts (PyMC, w
 model uses, is imported at the top); their import time is printed with the figure of a first fit
 in a fresh process.
 
-Measured (2 cores, quiet machine, two runs): collapsed 8.5–9.0 s cold (10.1–10.7 s with the
-1.6–1.8 s import in a fresh process), 4.6–4.8 s cached (min ESS 1,178) at 2,000 rows, 5.0–5.2 s
-cached at 100,000 rows (ratio 1.05–1.13); against the 425 s reference 47–50× cold (40–42× in a
-fresh process) and 89–92× cached.
+Measured (2 cores, quiet machine, three runs): collapsed 8.5–9.2 s cold (10.1–11.0 s with the
+1.6–1.8 s of imports in a fresh process), 4.6–4.8 s cached (min ESS 1,178) at 2,000 rows,
+5.0–5.3 s cached at 100,000 rows (ratio 1.05–1.13); against the 425 s reference 46–50× cold
+(39–42× in a fresh process) and 89–92× cached.
 
 Run: ``.venv/bin/python benchmarks/bench_bayes_collapsed.py [--naive pymc|numpyro|skip]``.
 """
