@@ -7,7 +7,12 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
     __version__ = "0.0.0"
 
-from . import stats
+from ._numba_cache import configure_numba_cache
+
+# before any kernel is compiled: a cache folder per version of the kernels' sources
+configure_numba_cache()
+
+from . import stats  # noqa: E402
 
 
 def load_prior(path):  # type: ignore[no-untyped-def]
