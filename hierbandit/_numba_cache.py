@@ -57,8 +57,11 @@ def numba_cache_dir(root: Path | None = None) -> Path | None:
     setting = os.environ.get("HIERBANDIT_NUMBA_CACHE", "").strip()
     if setting.lower() in _OFF:
         return None
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    parent = Path(setting or Path(base) / "hierbandit" / "numba").expanduser()
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        parent = Path(setting or Path(base) / "hierbandit" / "numba").expanduser()
+    except RuntimeError:  # no home directory to be found: keep numba's default
+        return None
     return parent / sources_digest(root)
 
 

@@ -130,3 +130,21 @@ def test_folders_of_other_versions_are_pruned_after_a_week(tmp_path):
     os.utime(old, (time.time() - week, time.time() - week))
     nc._prune(current)
     assert current.is_dir() and recent.is_dir() and not old.exists()
+
+
+def test_no_home_directory_keeps_the_defaults(monkeypatch):
+    """Without a home directory to be found, importing must not fail: both caches fall back."""
+    from pathlib import Path as _Path
+
+    from hierbandit.bayes._devices import configure_compilation_cache
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    for key in ("NUMBA_CACHE_DIR", "HIERBANDIT_NUMBA_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    for key in ("JAX_COMPILATION_CACHE_DIR", "HIERBANDIT_JAX_CACHE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(_Path, "home", staticmethod(no_home))
+    assert nc.numba_cache_dir() is None
+    assert configure_compilation_cache() is None

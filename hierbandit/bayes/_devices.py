@@ -45,9 +45,14 @@ def configure_compilation_cache(path: str | os.PathLike[str] | None = None) -> P
             return None
         if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
             return Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        path = setting or str(Path(base) / "hierbandit" / "jax")
-    folder = Path(path).expanduser()
+        try:
+            base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+            path = setting or str(Path(base) / "hierbandit" / "jax")
+            folder = Path(path).expanduser()
+        except RuntimeError:  # no home directory to be found: run without the cache
+            return None
+    else:
+        folder = Path(path).expanduser()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:  # read-only home: run without the cache
