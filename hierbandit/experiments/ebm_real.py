@@ -45,6 +45,7 @@ def run_real(
     progress: bool = False,
     task_kwargs: dict[str, Any] | None = None,
     first_seed: int = 0,
+    hyper_update_every: int = 1,
 ) -> xr.Dataset:
     """Simulate the ebm paper's policies on one real-data experiment.
 
@@ -67,6 +68,9 @@ def run_real(
         Arguments of the task builder (e.g. ``heterogeneity_scale``).
     first_seed : int
         First replication of the window run (see :func:`~hierbandit.experiments.simulate`).
+    hyper_update_every : int
+        EbmTS/EbmUCB re-estimate (Σ̂, σ̂²) every this many pulls of an arm (1: every pull, as in
+        the paper).
 
     Returns
     -------
@@ -82,10 +86,17 @@ def run_real(
     if horizon is None:
         horizon = REAL_EXPERIMENTS[name][1] // divisor
     horizon = check_positive_int(horizon, "horizon")
+    hyper_update_every = check_positive_int(hyper_update_every, "hyper_update_every")
     tasks = make_real_tasks(name, **(task_kwargs or {}))
     env = tasks.env(rng=seed)
     ds = simulate(
-        make_policies(env.n_instances, env.n_arms, env.n_features, policies),
+        make_policies(
+            env.n_instances,
+            env.n_arms,
+            env.n_features,
+            policies,
+            hyper_update_every=hyper_update_every,
+        ),
         env,
         horizon,
         n_seeds,
@@ -94,6 +105,7 @@ def run_real(
         first_seed=first_seed,
     )
     ds.attrs["setting"] = name
+    ds.attrs["hyper_update_every"] = hyper_update_every
     ds.attrs["setting_description"] = f"{REAL_EXPERIMENTS[name][0]} stand-in: {tasks.description}"
     ds.attrs["task_provenance"] = repr(tasks.provenance)
     ds.attrs["arm_names"] = list(tasks.arm_names)

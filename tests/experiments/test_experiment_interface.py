@@ -162,6 +162,23 @@ def test_ebm_cells_equal_one_monolithic_run(tmp_path):
     assert "EbmTS" in (tmp_path / "summary.md").read_text()
 
 
+def test_ebm_reestimation_period_reaches_the_policies(tmp_path):
+    """``hyper_update_every`` is passed to EbmTS (the cells equal a run of EbmTS with it) and
+    changes the result at a horizon where re-estimations happen."""
+    from hierbandit.experiments.ebm import make_env, make_policies
+    from hierbandit.experiments.simulate import simulate
+
+    params = {**TINY_EBM, "policies": ["EbmTS"], "horizon": 200, "hyper_update_every": 20}
+    run_experiment("ebm-synthetic", out=tmp_path / "m20", params=params)
+    got = _open(tmp_path / "m20" / "fig1-data-poor.nc")
+    env = make_env("fig1-data-poor")
+    mono = simulate(make_policies(10, 5, 3, ["EbmTS"], hyper_update_every=20), env, 200, 3, seed=0)
+    _same_data(got, mono)
+    assert got.attrs["hyper_update_every"] == 20
+    every = simulate(make_policies(10, 5, 3, ["EbmTS"]), env, 200, 3, seed=0)
+    assert not np.array_equal(got["arm"].values, every["arm"].values)
+
+
 def test_sclub_cells_equal_one_monolithic_run(tmp_path):
     from hierbandit.experiments.sclub import run_setting
 
