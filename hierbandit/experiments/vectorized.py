@@ -260,22 +260,7 @@ def _ebm_run_policy(policy: Any, inst: np.ndarray, X: np.ndarray, R: np.ndarray,
         bool(p._estimates_any),
         bool(p._need_uniforms),
     )
-    eb = tuple(p._eb_args)
-    eb = (
-        float(eb[0]),
-        float(eb[1]),
-        int(eb[2]),
-        int(eb[3]),
-        float(eb[4]),
-        bool(eb[5]),
-        float(eb[6]),
-        int(eb[7]),
-        bool(eb[8]),
-        float(eb[9]),
-        int(eb[10]),
-        bool(eb[11]),
-        bool(eb[12]),
-    )
+    eb = tuple(p._eb_args)  # Python scalars already (EBOptions._kernel): one compiled signature
 
     p.t = _ebm_run(
         inst,

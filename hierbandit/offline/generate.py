@@ -40,6 +40,7 @@ from .._validation import (
     check_positive_int,
     check_scalar,
 )
+from ..stats.ridge import sherman_morrison_add
 from .dataset import OfflineDataset
 
 __all__ = [
@@ -125,21 +126,13 @@ def user_probabilities(labels: Any, distribution: str = "equal", rng: Any = None
 
 
 @njit(cache=True, nogil=True)
-def _linucb_log(users, cand, theta, Ainv, bvec, alpha, noise, use_true, X_out, idx_out):
-    """Per-user LinUCB choice among each row's candidates, then the user's ridge update."""
+def _linucb_log(users, cand, theta, Ainv, bvec, theta_hat, alpha, noise, use_true, X_out, idx_out):
+    """Per-user LinUCB choice among each row's candidates, then the user's ridge update
+    (``theta_hat`` = A⁻¹b is kept up to date by the shared Sherman–Morrison step)."""
     n, S, d = cand.shape
     for t in range(n):
         u = users[t]
-        est = np.empty(d)
-        if use_true:
-            for i in range(d):
-                est[i] = theta[u, i]
-        else:
-            for i in range(d):
-                s = 0.0
-                for k in range(d):
-                    s += Ainv[u, i, k] * bvec[u, k]
-                est[i] = s
+        est = theta[u] if use_true else theta_hat[u]
         best = -np.inf
         arg = 0
         for s_ in range(S):
@@ -161,19 +154,9 @@ def _linucb_log(users, cand, theta, Ainv, bvec, alpha, noise, use_true, X_out, i
         for i in range(d):
             r += theta[u, i] * x[i]
             X_out[t, i] = x[i]
-        # Sherman–Morrison on A_u⁻¹ and b_u += r x
-        Ax = np.empty(d)
-        den = 1.0
         for i in range(d):
-            w = 0.0
-            for k in range(d):
-                w += Ainv[u, i, k] * x[k]
-            Ax[i] = w
-            den += x[i] * w
-        for i in range(d):
-            for k in range(d):
-                Ainv[u, i, k] -= Ax[i] * Ax[k] / den
             bvec[u, i] += r * x[i]
+        sherman_morrison_add(Ainv, bvec, theta_hat, u, x)
         noise[t] = r  # the reward, returned in place
 
 
@@ -252,13 +235,14 @@ def generate_offline(
         y = np.empty(n)
         Ainv = np.broadcast_to(np.eye(d) / lam, (U, d, d)).copy()
         bvec = np.zeros((U, d))
+        theta_hat = np.zeros((U, d))
         for c0 in range(0, n, _CHUNK):
             c1 = min(c0 + _CHUNK, n)
             cand = unit_vectors(gen, (c1 - c0, S, d))
             noise = noise_sd * gen.standard_normal(c1 - c0)
             idx = np.empty(c1 - c0, dtype=np.int64)
             _linucb_log(
-                users[c0:c1], cand, theta, Ainv, bvec, alpha, noise,
+                users[c0:c1], cand, theta, Ainv, bvec, theta_hat, alpha, noise,
                 logging_uses_true_theta, X[c0:c1], idx,
             )  # fmt: skip
             y[c0:c1] = noise

@@ -98,13 +98,7 @@ def ridge_add(G, b, q, n, Ainv, theta, reg, u, x, y, recompute_every):
     When the unit's count reaches a multiple of ``recompute_every`` (> 0) its inverse is
     recomputed exactly instead. O(d²) otherwise.
     """
-    d = x.shape[0]
-    for i in range(d):
-        b[u, i] += x[i] * y
-        for k in range(d):
-            G[u, i, k] += x[i] * x[k]
-    q[u] += y * y
-    n[u] += 1
+    suff_add(G, b, q, n, u, x, y)
     if recompute_every > 0 and n[u] % recompute_every == 0:
         solve_unit(G, b, reg, Ainv, theta, u)
         return
