@@ -67,11 +67,7 @@ def sherman_morrison_add(Ainv, b, theta, u, x):
             v = Ainv[u, i, k] - ci * Ax[k]
             Ainv[u, i, k] = v
             Ainv[u, k, i] = v
-    for i in range(d):
-        t = 0.0
-        for k in range(d):
-            t += Ainv[u, i, k] * b[u, k]
-        theta[u, i] = t
+    theta_unit(Ainv, b, theta, u)
 
 
 @njit(**_JIT)
@@ -84,11 +80,18 @@ def solve_unit(G, b, reg, Ainv, theta, u):
             A[i, k] = 0.5 * (G[u, i, k] + G[u, k, i])
         A[i, i] += reg
     spd_inverse(A, Ainv[u])
+    theta_unit(Ainv, b, theta, u)
+
+
+@njit(**_JIT)
+def theta_unit(Ainv, b, theta, u):
+    """θ = A⁻¹b for unit ``u``."""
+    d = b.shape[1]
     for i in range(d):
-        s = 0.0
+        t = 0.0
         for k in range(d):
-            s += Ainv[u, i, k] * b[u, k]
-        theta[u, i] = s
+            t += Ainv[u, i, k] * b[u, k]
+        theta[u, i] = t
 
 
 @njit(**_JIT)
