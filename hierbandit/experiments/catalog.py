@@ -393,27 +393,26 @@ def _offline() -> None:
         suff, insuff = sizes(p)
         out = [Cell(key("equal", s, p), {"distribution": "equal", "size": s})
                for s in sorted(set(suff) | set(insuff))]  # fmt: skip
+        # Off-C2LUB's γ̂ is tuned on the equal distribution and reused for the semi-random one
         out += [
             Cell(
                 key("semi-random", s, p),
                 {"distribution": "semi-random", "size": s},
                 depends=(key("equal", s, p),),
             )
-            for s in insuff
+            for s in sorted(set(suff) | set(insuff))
         ]
         return out
 
     def run(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Mapping[str, xr.Dataset]):
-        from .offline import run_offline
+        from .offline import run_offline, tuned_on
 
-        size = spec["size"]
-        grids = oracle = None
+        tuned = {}
         if deps:
             (eq,) = deps.values()
-            grids = {size: eq["gamma"].sel(size=size).to_numpy()}
-            oracle = {size: int(eq["oracle_index"].sel(size=size))}
+            tuned = tuned_on(eq)
         return run_offline(
-            [size],
+            [spec["size"]],
             distribution=spec["distribution"],
             dataset=p["dataset"],
             n_seeds=p["seeds"],
@@ -421,8 +420,7 @@ def _offline() -> None:
             logging=p["logging"],
             algorithms=p["algorithms"],
             lambda_tilde_a=_lambda_tilde(p["lambda_tilde_a"]),
-            grids=grids,
-            oracle_index=oracle,
+            **tuned,
             **{k: p[k] for k in _OFFLINE_CFG},
         )
 
@@ -431,25 +429,24 @@ def _offline() -> None:
 
         suff, insuff = sizes(p)
 
-        def stack(dist: str, grid: list[int]) -> xr.Dataset:
-            parts = [results[key(dist, s, p)] for s in grid]
-            return annotate(_concat(parts, "size"))
+        def stack(grid: list[int]) -> dict[str, xr.Dataset] | None:
+            if not grid:
+                return None
+            return {
+                dist: annotate(_concat([results[key(dist, s, p)] for s in grid], "size"))
+                for dist in ("equal", "semi-random")
+            }
 
-        sufficient = stack("equal", suff) if suff else None
-        insufficient = (
-            {"equal": stack("equal", insuff), "semi-random": stack("semi-random", insuff)}
-            if insuff
-            else None
+        runs = {"Sufficient data": stack(suff), "Insufficient data": stack(insuff)}
+        files = write_offline_results(
+            out, runs["Sufficient data"], runs["Insufficient data"], p["sweep_sizes"]
         )
-        files = write_offline_results(out, sufficient, insufficient, p["sweep_sizes"])
         lines = []
-        if sufficient is not None:
-            lines += ["### Sufficient data: SubOpt by dataset size", ""]
-            lines += [_markdown(subopt_table(sufficient), "{:.4g}"), ""]
-        if insufficient:
-            for dist, ds in insufficient.items():
-                lines += [f"### Insufficient data ({dist})", ""]
+        for title, by_dist in runs.items():
+            for dist, ds in (by_dist or {}).items():
+                lines += [f"### {title} ({dist}): SubOpt by dataset size", ""]
                 lines += [_markdown(subopt_table(ds), "{:.4g}"), ""]
+        lines += ["### Paired differences", "", Path(files["paired_md"]).read_text(), ""]
         return files, lines
 
     register(

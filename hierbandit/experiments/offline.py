@@ -1,9 +1,12 @@
 """Reproduction of the offline clustering paper's experiments ([OFF] §6, App. E).
 
 * **Sufficient data** (Table 3 shape): average SubOpt of every algorithm at |D| = 0.2M … 1M,
-  equal user distribution.
+  under the equal and the semi-random user distributions (the paper does not say which one
+  Table 3 uses; §6 evaluates both).
 * **Insufficient data** (Figure 2 shape): SubOpt against |D| in [5k, 100k] under the equal and the
   semi-random user distributions.
+* **Paired comparisons**: every difference between a proposed method and LinUCB_IND or CLUB,
+  paired by seed, with its standard error (``summary.json``, ``paired.md``).
 * **γ̂ sweep** (Figures 3–6 shape): Off-C²LUB's SubOpt over a γ̂ grid, with the under- and
   overestimation policies and Off-CLUB as reference lines; the sweep minimum is the oracle
   "Off-C²LUB" of the tables (γ̂ tuned on the equal distribution, reused for the semi-random one,
@@ -23,7 +26,7 @@ cross-cluster edges at 100 samples per user and cannot reach the near-zero SubOp
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -378,39 +381,86 @@ def subopt_table(ds: xr.Dataset, with_se: bool = False) -> pd.DataFrame:
     return mean.round(6).astype(str) + " ± " + (sd / np.sqrt(n)).round(6).astype(str)
 
 
+#: the proposed methods and the baselines the issue compares them with
+PROPOSED = ("Off-C2LUB", "Off-CLUB")
+COMPARED = ("LinUCB_IND", "CLUB")
+
+
+def paired_difference(ds: xr.Dataset, a: str, b: str) -> dict[int, dict[str, Any]]:
+    """SubOpt of ``a`` minus that of ``b`` per size, paired by seed (same users, data and test
+    decisions): mean, standard error over seeds and a verdict.
+
+    The verdict is ``"lower"`` when the mean is more than two standard errors below zero,
+    ``"higher"`` when more than two above, and ``"tie"`` otherwise. With one seed there is no
+    standard error (``nan``) and the verdict is the sign of the difference.
+    """
+    diff = ds["subopt"].sel(algorithm=a) - ds["subopt"].sel(algorithm=b)
+    n = diff.sizes["seed"]
+    out = {}
+    for size in ds.size.values:
+        v = diff.sel(size=size).to_numpy()
+        mean = float(v.mean())
+        se = float(v.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+        margin = 2.0 * se if np.isfinite(se) else 0.0
+        verdict = "lower" if mean < -margin else "higher" if mean > margin else "tie"
+        out[int(size)] = {"mean": mean, "se": se, "verdict": verdict}
+    return out
+
+
+def _runs(
+    sufficient: xr.Dataset | Mapping[str, xr.Dataset] | None,
+    insufficient: Mapping[str, xr.Dataset] | None,
+) -> dict[str, xr.Dataset]:
+    if isinstance(sufficient, xr.Dataset):
+        sufficient = {"equal": sufficient}
+    runs = {f"sufficient/{k}": v for k, v in (sufficient or {}).items()}
+    runs.update({f"insufficient/{k}": v for k, v in (insufficient or {}).items()})
+    return runs
+
+
 def acceptance(
-    sufficient: xr.Dataset | None,
-    insufficient: dict[str, xr.Dataset] | None,
+    sufficient: xr.Dataset | Mapping[str, xr.Dataset] | None,
+    insufficient: Mapping[str, xr.Dataset] | None,
     sweep_sizes: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """The issue's acceptance checks on the measured (seed-averaged) SubOpt.
+    """The issue's acceptance checks on the measured SubOpt of every run (a run is a part and
+    a user distribution; a bare ``sufficient`` Dataset is the equal distribution).
 
     * ``proposed_beat_baselines``: Off-C²LUB and Off-CLUB below LinUCB_IND and CLUB at every
-      size of every run;
+      size, on the seed-averaged SubOpt;
+    * ``paired``: the same comparisons paired by seed, with standard errors and a verdict
+      (:func:`paired_difference`), and ``verdicts`` counting them per run;
     * ``falls_with_size``: for Off-C²LUB, Off-CLUB, LinUCB_IND and CLUB, SubOpt at the largest
       size below that at the smallest, and the fraction of consecutive decreases;
     * ``u_shaped``: at each sweep size, the least SubOpt is at an interior γ̂ and strictly below
       both ends of the grid.
     """
-    runs = {}
-    if sufficient is not None:
-        runs["sufficient"] = sufficient
-    for k, v in (insufficient or {}).items():
-        runs[f"insufficient/{k}"] = v
-    out: dict[str, Any] = {"proposed_beat_baselines": {}, "falls_with_size": {}, "u_shaped": {}}
+    runs = _runs(sufficient, insufficient)
+    out: dict[str, Any] = {
+        "proposed_beat_baselines": {},
+        "paired": {},
+        "verdicts": {},
+        "falls_with_size": {},
+        "u_shaped": {},
+    }
     for rname, ds in runs.items():
         m = ds["subopt"].mean("seed")
         algs = list(ds.algorithm.values)
+        pairs = [(p, b) for p in PROPOSED for b in COMPARED if p in algs and b in algs]
         res = {}
         for size in ds.size.values:
             row = m.sel(size=size)
-            ok = True
-            for p in ("Off-C2LUB", "Off-CLUB"):
-                for b in ("LinUCB_IND", "CLUB"):
-                    if p in algs and b in algs:
-                        ok &= bool(row.sel(algorithm=p) < row.sel(algorithm=b))
-            res[int(size)] = ok
+            res[int(size)] = all(
+                bool(row.sel(algorithm=p) < row.sel(algorithm=b)) for p, b in pairs
+            )
         out["proposed_beat_baselines"][rname] = res
+        paired = {f"{p} - {b}": paired_difference(ds, p, b) for p, b in pairs}
+        out["paired"][rname] = paired
+        counts = {"lower": 0, "tie": 0, "higher": 0}
+        for by_size in paired.values():
+            for cell in by_size.values():
+                counts[cell["verdict"]] += 1
+        out["verdicts"][rname] = counts
         falls = {}
         for a in ("Off-C2LUB", "Off-CLUB", "LinUCB_IND", "CLUB"):
             if a in algs:
@@ -433,6 +483,26 @@ def acceptance(
     return out
 
 
+def paired_markdown(summary: Mapping[str, Any]) -> str:
+    """The ``paired`` comparisons of :func:`acceptance` as one markdown table per run."""
+    blocks = []
+    for rname, paired in summary["paired"].items():
+        if not paired:
+            continue
+        sizes = list(next(iter(paired.values())))
+        head = "| paired difference | " + " | ".join(_size_label(int(s)) for s in sizes) + " |"
+        lines = [f"**{rname}** (mean ± s.e. over seeds; verdict at 2 s.e.)", "", head,
+                 "|---" * (len(sizes) + 1) + "|"]  # fmt: skip
+        for name, by_size in paired.items():
+            cells = [
+                f"{float(c['mean']):+.3g} ± {float(c['se']):.2g} ({c['verdict']})"
+                for c in (by_size[s] for s in sizes)
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks)
+
+
 # ---------------------------------------------------------------------- writing
 def _write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
@@ -451,13 +521,31 @@ def _size_label(size: int) -> str:
     return f"{size / 1e6:g}M" if size >= 1_000_000 or size % 100_000 == 0 else f"{size // 1000}k"
 
 
+def _distribution_tables(runs: Mapping[str, xr.Dataset]) -> tuple[pd.DataFrame, str]:
+    """Mean SubOpt of each distribution's run: one CSV-ready frame with a ``distribution``
+    column, and markdown with a section per distribution."""
+    frames, md = [], []
+    for dist, ds in runs.items():
+        t = subopt_table(ds)
+        t.columns = [_size_label(int(c)) for c in t.columns]
+        md.append(f"## {dist} distribution\n\n" + _markdown(t))
+        t.insert(0, "distribution", dist)
+        frames.append(t)
+    return pd.concat(frames), "\n".join(md)
+
+
 def write_offline_results(
     out: str | Path,
-    sufficient: xr.Dataset | None = None,
-    insufficient: dict[str, xr.Dataset] | None = None,
+    sufficient: xr.Dataset | Mapping[str, xr.Dataset] | None = None,
+    insufficient: Mapping[str, xr.Dataset] | None = None,
     sweep_sizes: Sequence[int] = (),
 ) -> dict[str, Path]:
-    """Write netCDF data, CSV/markdown tables, PNG figures and ``summary.json`` to ``out``."""
+    """Write netCDF data, CSV/markdown tables, PNG figures and ``summary.json`` to ``out``.
+
+    ``sufficient`` and ``insufficient`` map a user distribution to its run (a bare
+    ``sufficient`` Dataset is the equal distribution). ``paired.md`` holds the paired
+    comparisons of :func:`acceptance`.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -466,19 +554,20 @@ def write_offline_results(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    if sufficient is not None:
-        paths["sufficient_data"] = write_dataset(sufficient, out / "sufficient.nc")
-        table = subopt_table(sufficient)
-        table.columns = [_size_label(int(c)) for c in table.columns]
+    if isinstance(sufficient, xr.Dataset):
+        sufficient = {"equal": sufficient}
+    if sufficient:
+        for dist, ds in sufficient.items():
+            paths[f"sufficient_{dist}"] = write_dataset(ds, out / f"sufficient_{dist}.nc")
+        table, md = _distribution_tables(sufficient)
         paths["table3_csv"] = atomic_write(out / "table3.csv", lambda t: table.to_csv(t))
-        _write_text(out / "table3.md", _markdown(table))
+        _write_text(out / "table3.md", md)
         paths["table3_md"] = out / "table3.md"
     if insufficient:
         fig, axes = plt.subplots(
             1, len(insufficient), figsize=(5.5 * len(insufficient), 4.2), squeeze=False,
             layout="constrained",
         )  # fmt: skip
-        rows = []
         for ax, (dist, ds) in zip(axes[0], insufficient.items(), strict=True):
             paths[f"insufficient_{dist}"] = write_dataset(ds, out / f"insufficient_{dist}.nc")
             mean = ds["subopt"].mean("seed")
@@ -494,26 +583,20 @@ def write_offline_results(
             ax.set_xlabel("dataset size |D| (thousands)")
             ax.set_ylabel("average SubOpt")
             ax.set_title(f"{ds.attrs.get('dataset', '')}, {dist} distribution")
-            t = subopt_table(ds)
-            t.columns = [_size_label(int(c)) for c in t.columns]
-            t.insert(0, "distribution", dist)
-            rows.append(t)
         axes[0, -1].legend(fontsize=7)
         paths["figure2"] = out / "figure2.png"
         fig.savefig(paths["figure2"], dpi=120)
         plt.close(fig)
-        fig2 = pd.concat(rows)
+        fig2, md = _distribution_tables(insufficient)
         paths["figure2_csv"] = atomic_write(out / "figure2.csv", lambda t: fig2.to_csv(t))
-        md = [
-            f"## {dist} distribution\n\n" + _markdown(t.drop(columns="distribution"))
-            for dist, t in zip(insufficient, rows, strict=True)
-        ]
-        _write_text(out / "figure2.md", "\n".join(md))
+        _write_text(out / "figure2.md", md)
         equal = insufficient.get("equal")
         if equal is not None and sweep_sizes:
             paths["sweep"] = _plot_sweep(equal, sweep_sizes, out / "gamma_sweep.png", plt)
     summary = acceptance(sufficient, insufficient, sweep_sizes)
     paths["summary"] = write_json(out / "summary.json", summary)
+    _write_text(out / "paired.md", paired_markdown(summary))
+    paths["paired_md"] = out / "paired.md"
     return paths
 
 
@@ -547,6 +630,17 @@ def _plot_sweep(ds: xr.Dataset, sizes: Sequence[int], path: Path, plt: Any) -> P
     return path
 
 
+def tuned_on(equal: xr.Dataset) -> dict[str, Any]:
+    """``grids`` and ``oracle_index`` arguments of :func:`run_offline` that reuse the γ̂ grid and
+    the oracle γ̂ of a run on the equal distribution (§6: γ̂ "optimized under the equal
+    distribution scenario and applied to the semi-random distribution")."""
+    sizes = [int(s) for s in equal.size.values]
+    return {
+        "grids": {s: equal["gamma"].sel(size=s).to_numpy() for s in sizes},
+        "oracle_index": {s: int(equal["oracle_index"].sel(size=s)) for s in sizes},
+    }
+
+
 def run_reproduction(
     out: str | Path,
     *,
@@ -576,19 +670,22 @@ def run_reproduction(
         "progress": progress,
         **overrides,
     }
-    sufficient = None
+
+    def both_distributions(sizes: Sequence[int]) -> dict[str, xr.Dataset]:
+        # Off-C2LUB's γ̂ is tuned on the equal distribution and reused for the semi-random one
+        eq = run_offline(sizes, distribution="equal", **common)
+        semi = run_offline(sizes, distribution="semi-random", **tuned_on(eq), **common)
+        return {"equal": eq, "semi-random": semi}
+
+    sufficient: dict[str, xr.Dataset] = {}
     insufficient: dict[str, xr.Dataset] = {}
     if "sufficient" in parts:
-        sufficient = run_offline(cfg["sufficient_sizes"], distribution="equal", **common)
+        sufficient = both_distributions(cfg["sufficient_sizes"])
     if "insufficient" in parts:
-        sizes = sorted(set(cfg["insufficient_sizes"]) | set(cfg["sweep_sizes"]))
-        eq = run_offline(sizes, distribution="equal", **common)
-        insufficient["equal"] = eq
-        grids = {int(s): eq["gamma"].sel(size=s).to_numpy() for s in eq.size.values}
-        idx = {int(s): int(eq["oracle_index"].sel(size=s)) for s in eq.size.values}
-        insufficient["semi-random"] = run_offline(
-            sizes, distribution="semi-random", grids=grids, oracle_index=idx, **common
+        insufficient = both_distributions(
+            sorted(set(cfg["insufficient_sizes"]) | set(cfg["sweep_sizes"]))
         )
-    paths = write_offline_results(out, sufficient, insufficient or None, cfg["sweep_sizes"])
+    paths = write_offline_results(out, sufficient or None, insufficient or None, cfg["sweep_sizes"])
     summary = json.loads(Path(paths["summary"]).read_text())
-    return {"paths": paths, "summary": summary, "sufficient": sufficient, **insufficient}
+    return {"paths": paths, "summary": summary, "sufficient": sufficient,
+            "insufficient": insufficient}  # fmt: skip

@@ -102,22 +102,29 @@ def reproduce(
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(code=2) from None
     console = Console()
-    for key in ("sufficient", "equal", "semi-random"):
-        ds = result.get(key)
-        if ds is None:
-            continue
-        tab = subopt_table(ds)
-        table = Table(title=f"average SubOpt: {key} ({dataset.value}, {logging.value} logging)")
-        table.add_column("algorithm")
-        for c in tab.columns:
-            table.add_column(f"|D|={int(c):,}", justify="right")
-        for alg, row in tab.iterrows():
-            table.add_row(str(alg), *[f"{v:.6f}" for v in row.to_numpy()])
-        console.print(table)
+    for part in ("sufficient", "insufficient"):
+        for dist, ds in result[part].items():
+            tab = subopt_table(ds)
+            table = Table(
+                title=f"average SubOpt: {part} data, {dist} distribution "
+                f"({dataset.value}, {logging.value} logging)"
+            )
+            table.add_column("algorithm")
+            for c in tab.columns:
+                table.add_column(f"|D|={int(c):,}", justify="right")
+            for alg, row in tab.iterrows():
+                table.add_row(str(alg), *[f"{v:.6f}" for v in row.to_numpy()])
+            console.print(table)
     s = result["summary"]
     console.print(
-        f"acceptance: Off-C2LUB and Off-CLUB below LinUCB_IND and CLUB at every size: "
-        f"{s['all_proposed_beat_baselines']}; γ̂ sweep U-shaped: {s['all_u_shaped']}",
+        f"acceptance: Off-C2LUB and Off-CLUB below LinUCB_IND and CLUB at every size (seed "
+        f"means): {s['all_proposed_beat_baselines']}; γ̂ sweep U-shaped: {s['all_u_shaped']}",
         highlight=False,
     )
+    for run, counts in s["verdicts"].items():
+        console.print(
+            f"paired by seed, {run}: {counts['lower']} lower, {counts['tie']} tied, "
+            f"{counts['higher']} higher (2 s.e.; paired.md)",
+            highlight=False,
+        )
     typer.echo(f"wrote {', '.join(str(p) for p in result['paths'].values())}")

@@ -210,7 +210,8 @@ def test_offline_cells_equal_one_monolithic_run(tmp_path):
     algos = ["Off-CLUB", "LinUCB_IND", "Off-C2LUB"]
     cfg = {"n_users": 30, "n_test": 200, "grid_points": 4}
     params = {
-        "parts": ["insufficient"],
+        "parts": ["sufficient", "insufficient"],
+        "sufficient_sizes": [2400],
         "insufficient_sizes": [1200],
         "sweep_sizes": [1600],
         "algorithms": algos,
@@ -218,16 +219,23 @@ def test_offline_cells_equal_one_monolithic_run(tmp_path):
         **cfg,
     }
     run = run_experiment("offline", out=tmp_path, params=params)
-    assert any(k.startswith("semi-random") for k in run.computed)
-    common = {"n_seeds": 2, "algorithms": algos, "lambda_tilde_a": 1.0, **cfg}
-    eq = run_offline([1200, 1600], distribution="equal", **common)
-    grids = {int(s): eq["gamma"].sel(size=s).to_numpy() for s in eq.size.values}
-    idx = {int(s): int(eq["oracle_index"].sel(size=s)) for s in eq.size.values}
-    semi = run_offline(
-        [1200, 1600], distribution="semi-random", grids=grids, oracle_index=idx, **common
+    assert sorted(run.computed) == sorted(
+        f"{dist}_size-{size}_seeds-2"
+        for dist in ("equal", "semi-random")
+        for size in (1200, 1600, 2400)
     )
-    _same_data(_open(tmp_path / "insufficient_equal.nc"), eq, skip=("fit_seconds",))
-    _same_data(_open(tmp_path / "insufficient_semi-random.nc"), semi, skip=("fit_seconds",))
+    common = {"n_seeds": 2, "algorithms": algos, "lambda_tilde_a": 1.0, **cfg}
+    for part, sizes in (("insufficient", [1200, 1600]), ("sufficient", [2400])):
+        eq = run_offline(sizes, distribution="equal", **common)
+        grids = {int(s): eq["gamma"].sel(size=s).to_numpy() for s in eq.size.values}
+        idx = {int(s): int(eq["oracle_index"].sel(size=s)) for s in eq.size.values}
+        semi = run_offline(
+            sizes, distribution="semi-random", grids=grids, oracle_index=idx, **common
+        )
+        _same_data(_open(tmp_path / f"{part}_equal.nc"), eq, skip=("fit_seconds",))
+        _same_data(_open(tmp_path / f"{part}_semi-random.nc"), semi, skip=("fit_seconds",))
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Paired differences" in summary and "Off-CLUB - LinUCB_IND" in summary
 
 
 def test_boc_trial_windows_equal_one_monolithic_run(tmp_path):

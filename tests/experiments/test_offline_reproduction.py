@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -40,16 +41,20 @@ def test_cli_reproduce_tiny(tiny, tmp_path):
     result = CliRunner().invoke(main, ["offline", "reproduce", "--out", str(out), "--seed", "3"])
     assert result.exit_code == 0, result.output
     for name in ("table3.csv", "table3.md", "figure2.png", "figure2.csv", "gamma_sweep.png",
-                 "sufficient.nc", "insufficient_equal.nc", "insufficient_semi-random.nc",
-                 "summary.json"):  # fmt: skip
+                 "sufficient_equal.nc", "sufficient_semi-random.nc", "insufficient_equal.nc",
+                 "insufficient_semi-random.nc", "summary.json", "paired.md"):  # fmt: skip
         assert (out / name).exists(), name
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["proposed_beat_baselines"]) == {
-        "sufficient",
-        "insufficient/equal",
-        "insufficient/semi-random",
-    }
-    assert "average SubOpt" in result.output
+    runs = {"sufficient/equal", "sufficient/semi-random", "insufficient/equal",
+            "insufficient/semi-random"}  # fmt: skip
+    assert set(summary["proposed_beat_baselines"]) == runs
+    assert set(summary["paired"]) == set(summary["verdicts"]) == runs
+    table3 = pd.read_csv(out / "table3.csv", index_col=0)
+    assert sorted(set(table3["distribution"])) == ["equal", "semi-random"]
+    assert list(table3.columns[1:]) == ["12k", "24k"]
+    text = " ".join(result.output.split())  # rich wraps long titles
+    assert "average SubOpt: sufficient data, semi-random distribution" in text
+    assert "paired by seed, sufficient/equal" in text
     bad = CliRunner().invoke(main, ["offline", "reproduce", "--out", str(out),
                                     "--lambda-tilde-a", "big"])  # fmt: skip
     assert bad.exit_code != 0
@@ -95,6 +100,42 @@ def test_acceptance_logic():
     assert acc["all_proposed_beat_baselines"]
     assert acc["u_shaped"] == {"insufficient/equal/10": True, "insufficient/equal/20": False}
     assert acc["falls_with_size"]["insufficient/equal"]["CLUB"]["last_below_first"]
+    # one seed: no standard error, the verdict is the sign
+    one = acc["paired"]["insufficient/equal"]["Off-CLUB - CLUB"]
+    assert one[20]["verdict"] == "lower" and np.isnan(one[20]["se"])
+    np.testing.assert_allclose(one[20]["mean"], 0.1 - 0.2)
+    # a bare sufficient Dataset is the equal distribution
+    assert set(off.acceptance(ds, None)["paired"]) == {"sufficient/equal"}
+
+
+def test_paired_difference_against_a_hand_computation():
+    import xarray as xr
+
+    # seeds are pairs: Off-CLUB - CLUB per seed is (-3, -1, -2) at size 10 (mean -2, s.e.
+    # 1/sqrt(3): lower), (+1, -1, +0.5) at size 20 (mean 1/6, s.e. 0.6: a tie) and (5, 4, 6) at
+    # size 30 (higher)
+    club = np.array([[10.0, 10.0, 10.0], [5.0, 5.0, 5.0], [1.0, 2.0, 3.0]])
+    offclub = club + np.array([[-3.0, -1.0, -2.0], [1.0, -1.0, 0.5], [5.0, 4.0, 6.0]])
+    ds = xr.Dataset(
+        {"subopt": (("algorithm", "size", "seed"), np.stack([offclub, club]))},
+        coords={"algorithm": ["Off-CLUB", "CLUB"], "size": [10, 20, 30], "seed": [0, 1, 2]},
+    )
+    res = off.paired_difference(ds, "Off-CLUB", "CLUB")
+    for size, diff, verdict in ((10, [-3, -1, -2], "lower"), (20, [1, -1, 0.5], "tie"),
+                                (30, [5, 4, 6], "higher")):  # fmt: skip
+        np.testing.assert_allclose(res[size]["mean"], np.mean(diff))
+        np.testing.assert_allclose(res[size]["se"], np.std(diff, ddof=1) / np.sqrt(3))
+        assert res[size]["verdict"] == verdict
+    acc = off.acceptance({"semi-random": ds}, None)
+    assert acc["verdicts"] == {"sufficient/semi-random": {"lower": 1, "tie": 1, "higher": 1}}
+    # the seed-mean check agrees with the signs of the means
+    assert acc["proposed_beat_baselines"]["sufficient/semi-random"] == {
+        10: True,
+        20: False,
+        30: False,
+    }
+    md = off.paired_markdown(acc)
+    assert "sufficient/semi-random" in md and "(tie)" in md and "(higher)" in md
 
 
 @pytest.mark.slow
