@@ -388,7 +388,9 @@ COMPARED = ("LinUCB_IND", "CLUB")
 
 def paired_difference(ds: xr.Dataset, a: str, b: str) -> dict[int, dict[str, Any]]:
     """SubOpt of ``a`` minus that of ``b`` per size, paired by seed (same users, data and test
-    decisions): mean, standard error over seeds and a verdict.
+    decisions): mean, standard error over seeds, a verdict, and the number of seeds where ``a``
+    is below ``b`` (``seeds_lower`` of ``n_seeds``; heavy-tailed differences can tie on the
+    mean while every seed points the same way).
 
     The verdict is ``"lower"`` when the mean is more than two standard errors below zero,
     ``"higher"`` when more than two above, and ``"tie"`` otherwise. With one seed there is no
@@ -403,7 +405,13 @@ def paired_difference(ds: xr.Dataset, a: str, b: str) -> dict[int, dict[str, Any
         se = float(v.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
         margin = 2.0 * se if np.isfinite(se) else 0.0
         verdict = "lower" if mean < -margin else "higher" if mean > margin else "tie"
-        out[int(size)] = {"mean": mean, "se": se, "verdict": verdict}
+        out[int(size)] = {
+            "mean": mean,
+            "se": se,
+            "verdict": verdict,
+            "seeds_lower": int((v < 0).sum()),
+            "n_seeds": n,
+        }
     return out
 
 
@@ -491,11 +499,13 @@ def paired_markdown(summary: Mapping[str, Any]) -> str:
             continue
         sizes = list(next(iter(paired.values())))
         head = "| paired difference | " + " | ".join(_size_label(int(s)) for s in sizes) + " |"
-        lines = [f"**{rname}** (mean ± s.e. over seeds; verdict at 2 s.e.)", "", head,
+        lines = [f"**{rname}** (mean ± s.e. over seeds; verdict at 2 s.e.; seeds where the "
+                 "proposed method is lower)", "", head,
                  "|---" * (len(sizes) + 1) + "|"]  # fmt: skip
         for name, by_size in paired.items():
             cells = [
-                f"{float(c['mean']):+.3g} ± {float(c['se']):.2g} ({c['verdict']})"
+                f"{float(c['mean']):+.3g} ± {float(c['se']):.2g} ({c['verdict']}; "
+                f"{c['seeds_lower']}/{c['n_seeds']} seeds lower)"
                 for c in (by_size[s] for s in sizes)
             ]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -126,6 +126,8 @@ def test_paired_difference_against_a_hand_computation():
         np.testing.assert_allclose(res[size]["mean"], np.mean(diff))
         np.testing.assert_allclose(res[size]["se"], np.std(diff, ddof=1) / np.sqrt(3))
         assert res[size]["verdict"] == verdict
+        assert res[size]["seeds_lower"] == sum(x < 0 for x in diff)
+        assert res[size]["n_seeds"] == 3
     acc = off.acceptance({"semi-random": ds}, None)
     assert acc["verdicts"] == {"sufficient/semi-random": {"lower": 1, "tie": 1, "higher": 1}}
     # the seed-mean check agrees with the signs of the means
@@ -135,7 +137,8 @@ def test_paired_difference_against_a_hand_computation():
         30: False,
     }
     md = off.paired_markdown(acc)
-    assert "sufficient/semi-random" in md and "(tie)" in md and "(higher)" in md
+    assert "sufficient/semi-random" in md and "(tie; 1/3 seeds lower)" in md
+    assert "(higher; 0/3 seeds lower)" in md
 
 
 @pytest.mark.slow
