@@ -26,10 +26,16 @@ _OFF = ("0", "off", "false", "no", "none")
 _STALE_SECONDS = 7 * 24 * 3600
 
 
+def _kernel_texts(root: Path) -> list[tuple[Path, bytes]]:
+    """(path, contents) of the modules under ``root`` that use numba, each file read once."""
+    texts = ((p, p.read_bytes()) for p in sorted(root.rglob("*.py")))
+    return [(p, text) for p, text in texts if b"numba" in text]
+
+
 def kernel_sources(root: Path | None = None) -> list[Path]:
     """The package's modules that use numba (their text mentions it), in a fixed order."""
     root = Path(__file__).parent if root is None else Path(root)
-    return sorted(p for p in root.rglob("*.py") if b"numba" in p.read_bytes())
+    return [p for p, _ in _kernel_texts(root)]
 
 
 def sources_digest(root: Path | None = None) -> str:
@@ -39,9 +45,9 @@ def sources_digest(root: Path | None = None) -> str:
     root = Path(__file__).parent if root is None else Path(root)
     h = hashlib.sha256()
     h.update(f"numba {numba.__version__} python {sys.version_info[:3]}".encode())
-    for path in kernel_sources(root):
+    for path, text in _kernel_texts(root):
         h.update(path.relative_to(root).as_posix().encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
+        h.update(text + b"\0")
     return h.hexdigest()[:16]
 
 

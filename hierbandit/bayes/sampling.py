@@ -209,12 +209,12 @@ def _sample_numpyro(
         _, trace = jax.lax.scan(step, state, None, length=tune + draws)
         return jax.tree_util.tree_map(lambda x: x[tune:], trace)
 
-    keys = np.arange(chains)
+    chain_ids = np.arange(chains)  # each chain derives its key in the program
     if parallel:
         runner = jax.pmap(run_chain, in_axes=(0, 0, None, None))
     else:
         runner = jax.jit(jax.vmap(run_chain, in_axes=(0, 0, None, None)))
-    raw, extra = jax.device_get(runner(keys, init_params, data, inverse_mass))
+    raw, extra = jax.device_get(runner(chain_ids, init_params, data, inverse_mass))
     sampling_time = time.perf_counter() - start  # device_get waits for the asynchronous run
 
     # map the unconstrained draws to the stored (constrained / deterministic) variables

@@ -695,7 +695,7 @@ def run_reproduction(
         insufficient = both_distributions(
             sorted(set(cfg["insufficient_sizes"]) | set(cfg["sweep_sizes"]))
         )
-    paths = write_offline_results(out, sufficient or None, insufficient or None, cfg["sweep_sizes"])
+    paths = write_offline_results(out, sufficient, insufficient, cfg["sweep_sizes"])
     summary = json.loads(Path(paths["summary"]).read_text())
     return {"paths": paths, "summary": summary, "sufficient": sufficient,
             "insufficient": insufficient}  # fmt: skip
