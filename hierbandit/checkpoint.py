@@ -17,12 +17,14 @@ One netCDF file (h5netcdf, written through an xarray DataTree):
   ``from_datatree``, e.g. :class:`~hierbandit.bayes.HierarchicalPrior`) are child nodes.
 
 Objects are rebuilt without calling their constructor: the instance is created with
-``cls.__new__`` and its attributes are set from the file. Only classes defined inside
-``hierbandit`` and NumPy's random generators can be named by a checkpoint, and nothing in the
-file is executed or unpickled — no pickle is used anywhere.
+``cls.__new__`` and its attributes are set from the file, once the file and the state have
+passed every check of :func:`load_checkpoint`. Only the classes of an explicit allow-list
+(:mod:`hierbandit._restore`) and NumPy's bit generators can be named by a checkpoint, and
+nothing in the file is executed or unpickled — no pickle is used anywhere.
 
 Writes are atomic (:func:`hierbandit._io.atomic_write`): a crash during a write leaves the
-previous checkpoint intact.
+previous checkpoint intact. The file is sealed (:mod:`hierbandit._container`): a header in the
+HDF5 user block holds the payload's size and SHA-256, verified before the file is parsed.
 
 Attributes that cannot be meaningfully saved (locks) are recreated on restore: a class lists
 them in ``_checkpoint_transient`` as ``{name: factory}``.
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import json
 import os
 import threading
@@ -47,33 +48,31 @@ import numpy as np
 import xarray as xr
 
 from . import __version__
-from ._io import atomic_write
+from ._container import read_netcdf
+from ._io import write_sealed_netcdf
+from ._restore import allow_class, restore
+from .errors import InvalidFileError
 
-__all__ = ["FORMAT_VERSION", "SharedStateMixin", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "FORMAT_VERSION",
+    "InvalidFileError",
+    "SharedStateMixin",
+    "allow_class",
+    "load_checkpoint",
+    "save_checkpoint",
+]
 
-#: version of the checkpoint layout; bumped on incompatible changes
-FORMAT_VERSION = 1
+#: version of the checkpoint layout; bumped on incompatible changes (2: sealed file, arrays
+#: declare their shape and dtype, classes from an explicit allow-list)
+FORMAT_VERSION = 2
 _ATTR = "hierbandit_checkpoint"
+#: the sealed-file kind of a checkpoint (:mod:`hierbandit._container`)
+KIND = "checkpoint"
 
 
 def _class_path(obj: Any) -> str:
     cls = type(obj)
     return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _resolve_class(path: str) -> type:
-    module, _, qualname = path.partition(":")
-    allowed = module == "hierbandit" or module.startswith("hierbandit.")
-    allowed = allowed or module in ("numpy.random", "numpy.random._generator")
-    allowed = allowed or module.startswith("numpy.random.")
-    if not allowed or not qualname:
-        raise ValueError(f"checkpoint names a class outside hierbandit: {path!r}")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not isinstance(obj, type):
-        raise ValueError(f"checkpoint names {path!r}, which is not a class")
-    return obj
 
 
 class _Encoder:
@@ -152,7 +151,12 @@ class _Encoder:
             raise TypeError(f"cannot checkpoint arrays of dtype {arr.dtype}")
         key = f"a{len(self.arrays)}"
         self.arrays[key] = np.array(arr)  # a contiguous copy
-        return {"__array__": key, "writeable": bool(arr.flags.writeable)}
+        return {
+            "__array__": key,
+            "shape": list(arr.shape),
+            "dtype": arr.dtype.str,
+            "writeable": bool(arr.flags.writeable),
+        }
 
     def _object(self, obj: Any, where: str) -> dict[str, Any]:
         if id(obj) in self._seen:
@@ -168,68 +172,6 @@ class _Encoder:
         return {"__object__": _class_path(obj), "attrs": attrs}
 
 
-class _Decoder:
-    def __init__(self, arrays: xr.Dataset, tree: xr.DataTree) -> None:
-        self.arrays = arrays
-        self.tree = tree
-        self.memo: dict[str, Any] = {}
-
-    def decode(self, value: Any) -> Any:
-        if isinstance(value, list):
-            return [self.decode(v) for v in value]
-        if not isinstance(value, dict):
-            return value
-        if "__ref__" in value:
-            try:
-                return self.memo[value["__ref__"]]
-            except KeyError:
-                raise ValueError("corrupt checkpoint: reference before definition") from None
-        out = self._decode(value)
-        if "__id__" in value:
-            self.memo[value["__id__"]] = out
-        return out
-
-    def _decode(self, value: dict[str, Any]) -> Any:
-        if "__array__" in value:
-            arr = np.array(self.arrays[value["__array__"]].values)
-            arr.flags.writeable = bool(value.get("writeable", True))
-            return arr
-        if "__tuple__" in value:
-            return tuple(self.decode(v) for v in value["__tuple__"])
-        if "__dict__" in value:
-            return {k: self.decode(v) for k, v in value["__dict__"].items()}
-        if "__float__" in value:
-            return float(value["__float__"])
-        if "__np_scalar__" in value:
-            kind, v = value["__np_scalar__"], value["value"]
-            return (
-                np.bool_(v)
-                if kind == "bool"
-                else np.dtype(kind).type(float(v) if isinstance(v, str) else v)
-            )
-        if "__range__" in value:
-            return range(*value["__range__"])
-        if "__generator__" in value:
-            bg = _resolve_class(value["__generator__"])()
-            bg.state = value["state"]
-            return np.random.Generator(bg)
-        if "__tree__" in value:
-            cls = _resolve_class(value["class"])
-            return cls.from_datatree(self.tree[value["__tree__"]])
-        if "__dataclass__" in value:
-            cls = _resolve_class(value["__dataclass__"])
-            return cls(**{k: self.decode(v) for k, v in value["fields"].items()})
-        if "__object__" in value:
-            cls = _resolve_class(value["__object__"])
-            obj = cls.__new__(cls)
-            for name, v in value["attrs"].items():
-                object.__setattr__(obj, name, self.decode(v))
-            for name, factory in getattr(cls, "_checkpoint_transient", {}).items():
-                object.__setattr__(obj, name, factory())
-            return obj
-        raise ValueError(f"corrupt checkpoint: unknown entry {sorted(value)}")
-
-
 def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
     """Write the full state of ``obj`` (a policy, statistics object, ...) to ``path``.
 
@@ -240,7 +182,8 @@ def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
         plain Python values, NumPy random generators, dataclasses, DataTree-serialisable
         objects and other such hierbandit objects.
     path : str or path-like
-        Destination ``.nc`` file; written atomically (a crash keeps any previous file intact).
+        Destination ``.nc`` file; written atomically (a crash keeps any previous file intact)
+        and sealed with its size and SHA-256 (:mod:`hierbandit._container`).
 
     Returns
     -------
@@ -279,35 +222,46 @@ def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
     tree = xr.DataTree.from_dict(nodes)
     for key, sub in enc.trees.items():
         tree[key] = sub
-    return atomic_write(path, lambda tmp: tree.to_netcdf(tmp, engine="h5netcdf"))
+    return write_sealed_netcdf(tree, path, KIND)
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> Any:
     """Restore an object written by :func:`save_checkpoint`.
 
+    The file is untrusted input: its seal (size and SHA-256) is verified and its container
+    walked in a separate interpreter with a deadline before it is parsed
+    (:func:`hierbandit._container.read_netcdf`); only classes of the allow-list can be named
+    (:mod:`hierbandit._restore`); every array must be declared with its shape and dtype and
+    every variable of the file referenced; and the restored object is checked against a
+    fresh object built from its own configuration (every attribute present with the same
+    type, shape and dtype, the same sharing of arrays, finite values, indices in range,
+    consistent statistics) before it is returned. Nothing is executed.
+
     Raises
     ------
     FileNotFoundError
         If there is no file at ``path``.
-    ValueError
-        If the file is not a hierbandit checkpoint, has an unknown format version, or names a
-        class outside hierbandit.
+    hierbandit.errors.InvalidFileError
+        (a ``ValueError``) if the file is not a valid checkpoint of this format version, for
+        any of the reasons above; the message names the file and the reason.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint file at {path}")
-    with xr.open_datatree(path, engine="h5netcdf") as tree:
-        tree = tree.load()
+    tree = read_netcdf(path, KIND)
     attrs = tree.attrs
-    if _ATTR not in attrs:
-        raise ValueError(f"{path} is not a hierbandit checkpoint")
-    version = int(attrs.get("format_version", -1))
-    if version != FORMAT_VERSION:
-        raise ValueError(
-            f"{path} has checkpoint format {version}; this version reads format {FORMAT_VERSION}"
+    text = attrs.get(_ATTR)
+    if not isinstance(text, str):
+        raise InvalidFileError(path, "not a hierbandit checkpoint (no object description)")
+    version = attrs.get("format_version")
+    if not isinstance(version, int | np.integer) or int(version) != FORMAT_VERSION:
+        raise InvalidFileError(
+            path,
+            f"checkpoint format {version!r}; this version reads format {FORMAT_VERSION}",
         )
-    state = json.loads(attrs[_ATTR])
-    return _Decoder(tree.to_dataset(inherit=False), tree).decode(state)
+    try:
+        state = json.loads(text)
+    except (ValueError, RecursionError):
+        raise InvalidFileError(path, "corrupt object description (not JSON)") from None
+    return restore(state, tree, path)
 
 
 # ---------------------------------------------------------------------- shared objects
