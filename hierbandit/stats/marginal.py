@@ -406,13 +406,13 @@ def _profiled(
 ) -> tuple[float, np.ndarray, np.ndarray, float]:
     """Profiled objective ℓ(β̂₀) − (λ/2)‖β̂₀‖², its gradient in θ, β̂₀ and ℓ(β̂₀).
 
-    Returns ``(-inf, nan-gradient, nan, nan)`` when a d×d system is numerically singular or σ²
+    Returns ``(-inf, nan-gradient, nan, nan)`` when a d×d system is numerically singular or σ⁴
     underflows to 0 (the likelihood of rewards fitted exactly grows without bound as σ² → 0).
     """
     d = st.b.shape[1]
     L, sigma2 = _unpack(theta, d)
     beta0 = np.zeros(d)
-    if not sigma2 > 0.0:  # exp(log σ²) underflowed: the kernel divides by σ²
+    if not sigma2 * sigma2 > 0.0:  # σ⁴ underflowed: the kernel divides by σ² and σ⁴
         return -np.inf, np.full(theta.shape, np.nan), beta0 * np.nan, np.nan
     status, ll, _, dsig, _, _, gS = _run(st, L, sigma2, lam, True, True, beta0)
     if status != _OK or not np.isfinite(ll):
