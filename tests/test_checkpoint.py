@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from hierbandit._container import seal
 from hierbandit.checkpoint import load_checkpoint, save_checkpoint
+from hierbandit.errors import InvalidFileError
 from hierbandit.policies import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, Policy, RMBandit
 from tests.conftest import snapshot
 
@@ -151,15 +153,17 @@ def test_checkpoint_errors(tmp_path):
         EbmTS.load(path)
     assert isinstance(Policy.load(path), LinUCB)
     xr.Dataset({"x": ("a", [1.0])}).to_netcdf(tmp_path / "other.nc", engine="h5netcdf")
-    with pytest.raises(ValueError, match="not a hierbandit checkpoint"):
+    with pytest.raises(InvalidFileError, match="not a sealed hierbandit file"):
         load_checkpoint(tmp_path / "other.nc")
-    # a checkpoint may only name hierbandit classes
+    # a checkpoint may only name allow-listed classes, even with a valid seal
     tree = xr.open_datatree(path, engine="h5netcdf").load()
     tree.attrs["hierbandit_checkpoint"] = tree.attrs["hierbandit_checkpoint"].replace(
         "hierbandit.policies.linear:LinUCB", "subprocess:Popen"
     )
-    tree.to_netcdf(tmp_path / "evil.nc", engine="h5netcdf")
-    with pytest.raises(ValueError, match="outside hierbandit"):
+    tree.to_netcdf(tmp_path / "plain.nc", engine="h5netcdf")
+    payload = (tmp_path / "plain.nc").read_bytes()
+    (tmp_path / "evil.nc").write_bytes(seal(payload, "checkpoint") + payload)
+    with pytest.raises(InvalidFileError, match="evil.nc.*not on the allow-list"):
         load_checkpoint(tmp_path / "evil.nc")
     with pytest.raises(TypeError, match="unsupported"):
         save_checkpoint(_Holder(), tmp_path / "x.nc")

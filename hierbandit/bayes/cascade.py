@@ -38,7 +38,8 @@ import pandas as pd
 import xarray as xr
 from scipy.special import expit
 
-from .._io import atomic_write, decode_attrs, netcdf_attrs, write_json
+from .._container import read_netcdf
+from .._io import atomic_write, decode_attrs, write_json, write_sealed_netcdf
 from .._validation import (
     MAX_ABS,
     _as_float_array,
@@ -48,6 +49,7 @@ from .._validation import (
     check_scalar,
     check_vector,
 )
+from ..errors import InvalidFileError
 from ..stats.logistic import (
     LaplaceApproximation,
     OnlineLogistic,
@@ -641,45 +643,31 @@ class CascadePrior:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write to netCDF atomically (the InferenceData, if any, under ``/idata``)."""
+        """Write to a sealed netCDF file atomically (the InferenceData, if any, under
+        ``/idata``; the layout of :func:`hierbandit.bayes.prior.prior_tree`)."""
+        from .prior import prior_tree
+
         path = Path(path)
         if path.suffix != ".nc":
             raise ValueError(f"path must end in .nc, got {path.name!r}")
-        root = self.dataset.copy()
-        root.attrs = netcdf_attrs(dict(self.dataset.attrs))
-        children: dict[str, xr.Dataset] = {"/": root}
-        if self.idata is not None:
-            for group in self.idata.groups():
-                ds = self.idata[group].copy()
-                ds.attrs = netcdf_attrs(dict(ds.attrs))
-                children[f"/idata/{group}"] = ds
-        tree = xr.DataTree.from_dict(children)
-        return atomic_write(path, lambda tmp: tree.to_netcdf(tmp, engine="h5netcdf"))
+        tree = prior_tree(self.dataset, self.idata)
+        return write_sealed_netcdf(tree, path, "cascade-prior")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> CascadePrior:
-        """Read a prior written by :meth:`save`."""
-        from .prior import _group_dataset
+        """Read a prior written by :meth:`save`; the file is untrusted input (its seal is
+        verified, its container walked with a deadline and its arrays validated), and any
+        defect raises :class:`hierbandit.errors.InvalidFileError` naming the file."""
+        from .prior import read_prior_tree
 
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no prior file at {path}")
-        with xr.open_datatree(path, engine="h5netcdf") as tree:
-            root = tree.to_dataset().load()
-            root.attrs = decode_attrs(dict(root.attrs))
-            idata = None
-            if "idata" in tree.children:
-                import arviz as az
-
-                groups = {}
-                for name, node in tree["idata"].children.items():
-                    ds = _group_dataset(node)
-                    ds.attrs = decode_attrs(dict(ds.attrs))
-                    groups[name] = ds
-                idata = az.InferenceData(**groups)
-        if isinstance(root.attrs.get("features"), list):
-            root.attrs["features"] = json.dumps(root.attrs["features"])
-        return cls(root, idata)
+        tree = read_netcdf(path, "cascade-prior")
+        try:
+            root, idata = read_prior_tree(tree)
+            if isinstance(root.attrs.get("features"), list):
+                root.attrs["features"] = json.dumps(root.attrs["features"])
+            return cls(root, idata)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise InvalidFileError(path, f"invalid cascade prior ({exc})") from None
 
 
 def load_cascade_prior(path: str | os.PathLike[str]) -> CascadePrior:

@@ -6,9 +6,10 @@
 for full-Bayes fits the ArviZ :class:`~arviz.InferenceData` (``prior.idata``).
 
 Files are netCDF only (never pickle): the prior's variables at the root group, the
-InferenceData groups under ``/idata``. :meth:`HierarchicalPrior.save` writes to a temporary file
-in the same folder and atomically renames it, so an interrupted save leaves the previous file
-intact. This module does not import PyMC.
+InferenceData groups under ``/idata``, sealed with their size and SHA-256
+(:mod:`hierbandit._container`). :meth:`HierarchicalPrior.save` writes to a temporary file in the
+same folder and atomically renames it, so an interrupted save leaves the previous file intact;
+:meth:`HierarchicalPrior.load` treats the file as untrusted input. This module does not import PyMC.
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .._io import atomic_write, decode_attrs, netcdf_attrs
+from .._container import read_netcdf
+from .._io import decode_attrs, netcdf_attrs, write_sealed_netcdf
+from ..errors import InvalidFileError
 
-__all__ = ["HierarchicalPrior", "load_prior"]
+__all__ = ["HierarchicalPrior", "load_prior", "prior_tree", "read_prior_tree"]
+
+#: the sealed-file kind of a prior (:mod:`hierbandit._container`)
+KIND = "prior"
 
 _REQUIRED = {
     "shared_mean": ("arm", "feature"),
@@ -30,6 +36,54 @@ _REQUIRED = {
     "Sigma": ("arm", "feature", "feature_"),
     "sigma2": ("arm",),
 }
+
+
+def _check_psd(mats: np.ndarray, name: str) -> None:
+    """Refuse a stack of matrices that is not symmetric positive semi-definite (relative to
+    its scale: eigenvalues ≥ −1e-8·max|entry|, as round-off of a PSD fit allows)."""
+    if not np.allclose(mats, np.swapaxes(mats, -1, -2), rtol=1e-10, atol=0.0):
+        raise ValueError(f"{name} must be symmetric")
+    if mats.size:
+        sym = 0.5 * (mats + np.swapaxes(mats, -1, -2))
+        scale = np.abs(sym).max(axis=(-1, -2))
+        low = np.linalg.eigvalsh(sym).min(axis=-1)
+        if np.any(low < -1e-8 * scale):
+            raise ValueError(f"{name} must be positive semi-definite")
+
+
+def prior_tree(dataset: xr.Dataset, idata: Any) -> xr.DataTree:
+    """A prior's file layout: its variables at the root, the InferenceData under ``idata``."""
+    root = dataset.copy()
+    root.attrs = netcdf_attrs(dict(dataset.attrs))
+    children: dict[str, xr.Dataset] = {"/": root}
+    if idata is not None:
+        for group in idata.groups():
+            ds = idata[group].copy()
+            ds.attrs = netcdf_attrs(dict(ds.attrs))
+            children[f"/idata/{group}"] = ds
+    return xr.DataTree.from_dict(children)
+
+
+def read_prior_tree(tree: xr.DataTree) -> tuple[xr.Dataset, Any]:
+    """Inverse of :func:`prior_tree`: the root Dataset and the InferenceData (or ``None``)."""
+    unknown = set(tree.children) - {"idata"}
+    if unknown:
+        raise ValueError(f"unexpected groups {sorted(unknown)} in a prior")
+    root = tree.to_dataset().load()
+    root.attrs = decode_attrs(dict(root.attrs))
+    idata = None
+    if "idata" in tree.children:
+        import arviz as az
+
+        groups = {}
+        for name, node in tree["idata"].children.items():
+            if node.children:
+                raise ValueError(f"unexpected groups under idata/{name} in a prior")
+            ds = _group_dataset(node)
+            ds.attrs = decode_attrs(dict(ds.attrs))
+            groups[name] = ds
+        idata = az.InferenceData(**groups)
+    return root, idata
 
 
 def _group_dataset(node: xr.DataTree) -> xr.Dataset:
@@ -67,11 +121,14 @@ class HierarchicalPrior:
                 raise ValueError(f"dataset must contain {name!r}")
             if dataset[name].dims != dims:
                 raise ValueError(f"{name} must have dims {dims}, got {dataset[name].dims}")
-        Sig = dataset["Sigma"].values
-        if not np.all(np.isfinite(Sig)) or not np.allclose(Sig, np.swapaxes(Sig, -1, -2)):
-            raise ValueError("Sigma must be finite and symmetric")
+            if dataset[name].dtype.kind != "f":
+                raise ValueError(f"{name} must be floating point, got {dataset[name].dtype}")
+            if not np.all(np.isfinite(dataset[name].values)):
+                raise ValueError(f"{name} must be finite (no NaN or inf)")
         if np.any(dataset["sigma2"].values <= 0):
             raise ValueError("sigma2 must be positive")
+        for name in ("Sigma", "shared_cov"):
+            _check_psd(dataset[name].values, name)
         self.dataset = dataset
         self.idata = idata
 
@@ -146,49 +203,41 @@ class HierarchicalPrior:
     # ------------------------------------------------------------------ persistence
     def to_datatree(self) -> xr.DataTree:
         """The prior as a DataTree: the variables at the root, InferenceData under ``idata``."""
-        root = self.dataset.copy()
-        root.attrs = netcdf_attrs(dict(self.dataset.attrs))
-        children: dict[str, xr.Dataset] = {"/": root}
-        if self.idata is not None:
-            for group in self.idata.groups():
-                ds = self.idata[group].copy()
-                ds.attrs = netcdf_attrs(dict(ds.attrs))
-                children[f"/idata/{group}"] = ds
-        return xr.DataTree.from_dict(children)
+        return prior_tree(self.dataset, self.idata)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the prior to a netCDF file, atomically (never a half-written file at ``path``)."""
+        """Write the prior to a sealed netCDF file, atomically (never a half-written file at
+        ``path``; :mod:`hierbandit._container`)."""
         path = Path(path)
         if path.suffix != ".nc":
             raise ValueError(f"path must end in .nc, got {path.name!r}")
-        tree = self.to_datatree()
-        return atomic_write(path, lambda tmp: tree.to_netcdf(tmp, engine="h5netcdf"))
+        return write_sealed_netcdf(self.to_datatree(), path, KIND)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> HierarchicalPrior:
-        """Read a prior written by :meth:`save` (netCDF; nothing in it can run code)."""
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no prior file at {path}")
-        with xr.open_datatree(path, engine="h5netcdf") as tree:
+        """Read a prior written by :meth:`save` (nothing in it can run code).
+
+        The file's seal is verified and its container walked with a deadline before it is
+        parsed, and every array is checked (finite, σ² > 0, Σ and the shared covariance
+        symmetric positive semi-definite).
+
+        Raises
+        ------
+        FileNotFoundError
+            If there is no file at ``path``.
+        hierbandit.errors.InvalidFileError
+            (a ``ValueError``) if the file is not a valid prior, naming the file and why.
+        """
+        tree = read_netcdf(path, KIND)
+        try:
             return cls.from_datatree(tree)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise InvalidFileError(path, f"invalid prior ({exc})") from None
 
     @classmethod
     def from_datatree(cls, tree: xr.DataTree) -> HierarchicalPrior:
         """Inverse of :meth:`to_datatree` (the data are loaded into memory)."""
-        root = tree.to_dataset().load()
-        root.attrs = decode_attrs(dict(root.attrs))
-        idata = None
-        if "idata" in tree.children:
-            import arviz as az
-
-            groups = {}
-            for name, node in tree["idata"].children.items():
-                ds = _group_dataset(node)
-                ds.attrs = decode_attrs(dict(ds.attrs))
-                groups[name] = ds
-            idata = az.InferenceData(**groups)
-        return cls(root, idata)
+        return cls(*read_prior_tree(tree))
 
 
 def load_prior(path: str | os.PathLike[str]) -> HierarchicalPrior:

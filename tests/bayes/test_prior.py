@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import arviz as az
+import h5py
 import numpy as np
 import pytest
 import xarray as xr
@@ -75,8 +76,11 @@ def test_interrupted_save_keeps_previous_file(tmp_path, monkeypatch):
 
 def test_file_contains_no_pickle(tmp_path):
     path = _prior(True).save(tmp_path / "p.nc")
-    head = path.read_bytes()[:8]
-    assert head.startswith(b"\x89HDF")  # netCDF4/HDF5 container
+    raw = path.read_bytes()
+    assert raw.startswith(b"\x89HBF")  # the seal, in the HDF5 user block
+    assert raw[512:520] == b"\x89HDF\r\n\x1a\n"  # then a netCDF4/HDF5 container
+    with h5py.File(path, "r") as f:  # which any HDF5 reader opens as it is
+        assert f.userblock_size == 512 and "Sigma" in f
 
 
 def test_validation(tmp_path):
