@@ -154,12 +154,17 @@ def decode_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_dataset(ds: Any, path: str | os.PathLike[str], kind: str = "dataset") -> Path:
-    """Write an xarray Dataset to a sealed netCDF file atomically, with netCDF-safe
-    attributes (read it back with :func:`hierbandit._container.read_netcdf`, or with any
-    netCDF reader: the seal is an HDF5 user block)."""
+def write_dataset(ds: Any, path: str | os.PathLike[str], kind: str | None = None) -> Path:
+    """Write an xarray Dataset to netCDF atomically, with netCDF-safe attributes.
+
+    With ``kind`` the file is sealed (:func:`write_sealed_netcdf`; for files the package reads
+    back, such as sweep cells); without, it is a plain netCDF file (results for people and
+    other programs: a sealed file opens in xarray only with ``engine="h5netcdf"`` named).
+    """
     clean = ds.copy()
     clean.attrs = netcdf_attrs(dict(ds.attrs))
+    if kind is None:
+        return atomic_write(path, lambda tmp: clean.to_netcdf(tmp, engine="h5netcdf"))
     return write_sealed_netcdf(clean, path, kind)
 
 

@@ -8,7 +8,10 @@ Layout of an output folder::
     OUT/summary.md         a short Markdown summary
 
 Resuming: a run into a folder that already holds cells of the *same* configuration skips them,
-so an interrupted or crashed sweep continues where it stopped and loses no finished cell. Only
+so an interrupted or crashed sweep continues where it stopped and loses no finished cell. A cell
+file is reused only if its seal (size and SHA-256) verifies and it records this run's
+fingerprint, its own key and the digest of its own specification; a corrupted, truncated,
+swapped or foreign cell is computed again. Only
 the number of seeds may change between runs (more seeds reuse the finished ones). A different
 configuration is refused, unless ``restart=True`` clears the folder's cells first.
 """
@@ -16,6 +19,7 @@ configuration is refused, unless ``restart=True`` clears the folder's cells firs
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import shutil
 import time
@@ -25,7 +29,9 @@ from typing import Any
 
 import xarray as xr
 
+from .._container import read_netcdf
 from .._io import atomic_write, write_dataset, write_json
+from ..errors import InvalidFileError
 from .executors import make_executor
 from .registry import Cell, Experiment, get_experiment
 
@@ -33,6 +39,8 @@ __all__ = ["ExperimentRun", "run_cell", "run_experiment"]
 
 MANIFEST = "experiment.json"
 CELLS = "cells"
+#: the sealed-file kind of a cell (:mod:`hierbandit._container`)
+CELL_KIND = "experiment-cell"
 
 
 @dataclasses.dataclass
@@ -109,15 +117,32 @@ def _check_graph(cells: list[Cell]) -> None:
         remaining = [c for c in remaining if c.key not in placed]
 
 
-def _load_cell(path: Path, fingerprint: str) -> xr.Dataset | None:
-    """A finished cell's Dataset, or ``None`` if the file is unreadable or of another config."""
+def _cell_identity(fingerprint: str, key: str, spec: Mapping[str, Any]) -> dict[str, str]:
+    """What a cell file must say it is: the run's configuration, the cell's key and a digest
+    of the cell's own specification (its seeds and settings)."""
+    text = json.dumps(dict(spec), sort_keys=True, default=str)
+    return {
+        "experiment_fingerprint": fingerprint,
+        "experiment_cell": key,
+        "experiment_cell_spec": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    }
+
+
+def _load_cell(path: Path, identity: Mapping[str, str]) -> xr.Dataset | None:
+    """A finished cell's Dataset, or ``None`` if the file is not that cell of this run.
+
+    The file is untrusted (a crash, a disk error or a hand edit may have left anything there):
+    its seal is verified and its container walked with a deadline
+    (:func:`hierbandit._container.read_netcdf`), and the identity it records must be this
+    cell's. Anything else means the cell is computed again; nothing here raises or hangs.
+    """
     try:
-        with xr.open_dataset(path, engine="h5netcdf") as ds:
-            if ds.attrs.get("experiment_fingerprint") != fingerprint:
-                return None
-            return ds.load()
-    except (OSError, ValueError):
+        ds = read_netcdf(path, CELL_KIND).to_dataset()
+    except (InvalidFileError, OSError, ValueError, KeyError, TypeError):
         return None
+    if any(ds.attrs.get(k) != v for k, v in identity.items()):
+        return None
+    return ds
 
 
 def run_experiment(
@@ -199,7 +224,7 @@ def run_experiment(
     for cell in cells:
         path = _cell_path(out, cell.key)
         if path.exists():
-            ds = _load_cell(path, fingerprint)
+            ds = _load_cell(path, _cell_identity(fingerprint, cell.key, cell.spec))
             if ds is not None:
                 results[cell.key] = ds
                 reused.append(cell.key)
@@ -241,11 +266,10 @@ def run_experiment(
             ds = ds.copy()
             ds.attrs.update(
                 experiment=exp.name,
-                experiment_cell=cell.key,
-                experiment_fingerprint=fingerprint,
                 hierbandit_version=__version__,
+                **_cell_identity(fingerprint, cell.key, cell.spec),
             )
-            write_dataset(ds, _cell_path(out, cell.key))
+            write_dataset(ds, _cell_path(out, cell.key), kind=CELL_KIND)
             results[cell.key] = ds
             computed.append(cell.key)
             if bar is not None:
