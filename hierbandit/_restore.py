@@ -167,7 +167,12 @@ class _Decoder:
             if not isinstance(ref, str) or ref not in self.memo:
                 raise _Refused("reference to an object not defined before")
             return self.memo[ref]
-        if "__id__" in value and tag not in ("__array__", "__generator__", "__tree__", "__object__"):
+        if "__id__" in value and tag not in (
+            "__array__",
+            "__generator__",
+            "__tree__",
+            "__object__",
+        ):
             raise _Refused(f"a {tag} entry cannot be shared")
         out = getattr(self, "_" + tag.strip("_"))(value, depth)
         if "__id__" in value:
@@ -192,8 +197,7 @@ class _Decoder:
         var = self.arrays[key].variable
         if var.dtype != np.dtype(dtype) or list(var.shape) != shape:
             raise _Refused(
-                f"variable {key!r} is {var.dtype.str}{list(var.shape)}, "
-                f"declared {dtype}{shape}"
+                f"variable {key!r} is {var.dtype.str}{list(var.shape)}, declared {dtype}{shape}"
             )
         self.used_arrays.add(key)
         arr = np.array(var.values, dtype=np.dtype(dtype))
@@ -231,9 +235,8 @@ class _Decoder:
         if not (_is_int(v) or isinstance(v, float)):
             raise _Refused("a NumPy scalar must hold a number")
         dt = np.dtype(kind)
-        if dt.kind in "iu":
-            if not _is_int(v) or not np.iinfo(dt).min <= v <= np.iinfo(dt).max:
-                raise _Refused(f"{v!r} is not a {dt} value")
+        if dt.kind in "iu" and (not _is_int(v) or not np.iinfo(dt).min <= v <= np.iinfo(dt).max):
+            raise _Refused(f"{v!r} is not a {dt} value")
         return dt.type(v)
 
     def _range(self, value: dict[str, Any], depth: int) -> range:
@@ -383,9 +386,9 @@ class _Checker:
     def compare(self, r: Any, t: Any, where: str, nonfinite: bool = False) -> None:
         if type(r) is not type(t):
             raise _Refused(f"{where} is a {type(r).__name__}, expected a {type(t).__name__}")
-        if isinstance(t, np.ndarray | np.random.Generator) or _is_state(t):
-            if not self._pair(r, t, where):
-                return
+        shared = isinstance(t, np.ndarray | np.random.Generator) or _is_state(t)
+        if shared and not self._pair(r, t, where):
+            return
         if isinstance(t, np.ndarray):
             if r.shape != t.shape or r.dtype != t.dtype:
                 raise _Refused(
@@ -454,21 +457,30 @@ class _Checker:
             raise _Refused(f"{where} holds a {type(value).__name__}")
 
 
-def restore(state: Any, tree: xr.DataTree, path: str | Path) -> Any:
+def restore(state: Any, tree: xr.DataTree, path: str | Path, expected: type | None = None) -> Any:
     """The object a checkpoint describes, checked (see the module's docstring).
 
-    Raises :class:`~hierbandit.errors.InvalidFileError` naming ``path`` and the reason.
+    Raises :class:`~hierbandit.errors.InvalidFileError` naming ``path`` and the reason, or
+    ``TypeError`` if the file holds a valid class that is not ``expected`` (checked before
+    anything is built).
     """
     try:
         if not isinstance(state, dict) or "__object__" not in state:
             raise _Refused("the described object is not a state object")
+        cls = _resolve(state["__object__"], _OBJECTS, "class")
+        if expected is not None and not issubclass(cls, expected):
+            raise TypeError(f"{path} holds a {cls.__name__}, not a {expected.__name__}")
         dec = _Decoder(tree.to_dataset(inherit=False), tree)
         obj = dec.decode(state)
         dec.finish()
         _Checker().state(obj, _template(obj), type(obj).__name__)
     except _Refused as exc:
         raise InvalidFileError(path, f"invalid checkpoint: {exc}") from None
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+    except TypeError as exc:
+        if str(exc).startswith(f"{path} holds a "):
+            raise
+        raise InvalidFileError(path, f"invalid checkpoint (TypeError: {exc})") from None
+    except (ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
         raise InvalidFileError(path, f"invalid checkpoint ({type(exc).__name__}: {exc})") from None
     except RecursionError:
         raise InvalidFileError(path, "invalid checkpoint: nested too deeply") from None

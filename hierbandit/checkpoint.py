@@ -225,8 +225,11 @@ def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> Path:
     return write_sealed_netcdf(tree, path, KIND)
 
 
-def load_checkpoint(path: str | os.PathLike[str]) -> Any:
+def load_checkpoint(path: str | os.PathLike[str], *, expected: type | None = None) -> Any:
     """Restore an object written by :func:`save_checkpoint`.
+
+    ``expected``: if given, the file must hold an instance of this class (or a subclass);
+    this is checked from the class name before anything is built.
 
     The file is untrusted input: its seal (size and SHA-256) is verified and its container
     walked in a separate interpreter with a deadline before it is parsed
@@ -244,6 +247,8 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Any:
     hierbandit.errors.InvalidFileError
         (a ``ValueError``) if the file is not a valid checkpoint of this format version, for
         any of the reasons above; the message names the file and the reason.
+    TypeError
+        If the file holds a valid checkpoint of a class other than ``expected``.
     """
     path = Path(path)
     tree = read_netcdf(path, KIND)
@@ -261,7 +266,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Any:
         state = json.loads(text)
     except (ValueError, RecursionError):
         raise InvalidFileError(path, "corrupt object description (not JSON)") from None
-    return restore(state, tree, path)
+    return restore(state, tree, path, expected)
 
 
 # ---------------------------------------------------------------------- shared objects
@@ -331,8 +336,10 @@ class SharedStateMixin:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Any:
-        """Restore an object saved with :meth:`save`; it must be an instance of ``cls``."""
-        obj = load_checkpoint(path)
-        if not isinstance(obj, cls):
-            raise TypeError(f"{path} holds a {type(obj).__name__}, not a {cls.__name__}")
-        return obj
+        """Restore an object saved with :meth:`save`; it must be an instance of ``cls``.
+
+        The file is untrusted input (:func:`load_checkpoint`): any defect raises
+        :class:`~hierbandit.errors.InvalidFileError` (a ``ValueError``) naming the file and the
+        reason; a valid checkpoint of another class raises ``TypeError``.
+        """
+        return load_checkpoint(path, expected=cls)
