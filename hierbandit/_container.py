@@ -88,7 +88,9 @@ def unseal(path: str | os.PathLike[str], kind: str | None) -> bytes:
                     raise InvalidFileError(
                         path,
                         "not a sealed hierbandit file (a plain netCDF/HDF5 file: written by "
-                        "another program or by a hierbandit version before sealed files)",
+                        "another program or by a hierbandit version before sealed files; "
+                        "rewrite a file you trust with hierbandit.checkpoint.upgrade_checkpoint "
+                        "or hierbandit.bayes.prior.upgrade_prior)",
                     )
                 raise InvalidFileError(path, f"not a hierbandit {kind or 'netCDF'} file")
             if len(head) < HEADER_SIZE:

@@ -60,6 +60,7 @@ __all__ = [
     "allow_class",
     "load_checkpoint",
     "save_checkpoint",
+    "upgrade_checkpoint",
 ]
 
 #: version of the checkpoint layout; bumped on incompatible changes (2: sealed file, arrays
@@ -267,6 +268,48 @@ def load_checkpoint(path: str | os.PathLike[str], *, expected: type | None = Non
     except (ValueError, RecursionError):
         raise InvalidFileError(path, "corrupt object description (not JSON)") from None
     return restore(state, tree, path, expected)
+
+
+def upgrade_checkpoint(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> Path:
+    """Rewrite a checkpoint of format 1 (before sealed files) in the current format.
+
+    Only for a file you trust, since a format-1 file carries no checksum. Everything else is
+    checked as :func:`load_checkpoint` does (the container is walked with a deadline, only
+    allow-listed classes, the state against a fresh object of its configuration); the array
+    declarations that format 1 lacked are taken from the file's variables. Returns
+    ``destination``, written atomically and sealed.
+
+    Raises
+    ------
+    hierbandit.errors.InvalidFileError
+        If ``source`` is not a valid format-1 checkpoint.
+    """
+    source = Path(source)
+    tree = read_netcdf(source, None)
+    if tree.attrs.get("format_version") != 1 or not isinstance(tree.attrs.get(_ATTR), str):
+        raise InvalidFileError(source, "not a hierbandit checkpoint of format 1")
+    try:
+        state = json.loads(tree.attrs[_ATTR])
+    except (ValueError, RecursionError):
+        raise InvalidFileError(source, "corrupt object description (not JSON)") from None
+    arrays = tree.to_dataset(inherit=False)
+
+    def declare(value: Any, depth: int = 0) -> None:
+        if depth > 64:
+            raise InvalidFileError(source, "object description nested too deeply")
+        if isinstance(value, list):
+            for v in value:
+                declare(v, depth + 1)
+        elif isinstance(value, dict):
+            key = value.get("__array__")
+            if isinstance(key, str) and key in arrays.data_vars and "shape" not in value:
+                value["shape"] = list(arrays[key].shape)
+                value["dtype"] = arrays[key].dtype.str
+            for v in value.values():
+                declare(v, depth + 1)
+
+    declare(state)
+    return save_checkpoint(restore(state, tree, source), destination)
 
 
 # ---------------------------------------------------------------------- shared objects

@@ -25,7 +25,7 @@ from .._container import read_netcdf
 from .._io import decode_attrs, netcdf_attrs, write_sealed_netcdf
 from ..errors import InvalidFileError
 
-__all__ = ["HierarchicalPrior", "load_prior", "prior_tree", "read_prior_tree"]
+__all__ = ["HierarchicalPrior", "load_prior", "prior_tree", "read_prior_tree", "upgrade_prior"]
 
 #: the sealed-file kind of a prior (:mod:`hierbandit._container`)
 KIND = "prior"
@@ -238,6 +238,20 @@ class HierarchicalPrior:
     def from_datatree(cls, tree: xr.DataTree) -> HierarchicalPrior:
         """Inverse of :meth:`to_datatree` (the data are loaded into memory)."""
         return cls(*read_prior_tree(tree))
+
+
+def upgrade_prior(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> Path:
+    """Rewrite a prior file written before sealed files (a plain netCDF file) sealed.
+
+    Only for a file you trust, since it carries no checksum; everything else is checked as
+    :meth:`HierarchicalPrior.load` does. Returns ``destination``, written atomically.
+    """
+    tree = read_netcdf(source, None)
+    try:
+        prior = HierarchicalPrior.from_datatree(tree)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InvalidFileError(source, f"invalid prior ({exc})") from None
+    return prior.save(destination)
 
 
 def load_prior(path: str | os.PathLike[str]) -> HierarchicalPrior:
