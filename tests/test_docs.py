@@ -37,6 +37,7 @@ SUBPACKAGES = [
     "offline",
     "exploration",
     "checkpoint",
+    "errors",
 ]
 PAPER_PAGES = ["ebm", "cascading", "sclub", "offline", "boc"]
 KEY_PAGES = [

@@ -45,6 +45,7 @@ _EXPORTS = {
     "METHODS": "fit",
     "HierarchicalPrior": "prior",
     "load_prior": "prior",
+    "upgrade_prior": "prior",
     "HyperPriors": "models",
     "collapsed_model": "models",
     "uncollapsed_model": "models",
