@@ -542,6 +542,11 @@ def _check_cascade(p: Any) -> None:
         if slate is None:
             _fail("_slate is missing for the episode in progress")
         _int_matrix(slate, (X.shape[0], H), K, "_slate")
+    cc = getattr(p, "_cov_chol", None)
+    if cc is not None:
+        q = p.n_params
+        if not isinstance(cc, np.ndarray) or cc.dtype != np.float64 or cc.shape != (q, q):
+            _fail(f"_cov_chol must be None or a float64 array of shape ({q}, {q})")
     for name in ("n_obs",):
         if hasattr(p, name):
             _count(getattr(p, name), name)
@@ -570,7 +575,9 @@ def _check_aucbbp(p: Any) -> None:
         _fail(f"_budget = {p._budget} is not in [1, {ku.shape[0]}]")
 
 
-_CASCADE_DYN = frozenset({"_X", "_slate"})
+#: the episode in progress, and CascadeLinTS's square root of the covariance (cached per
+#: episode plan)
+_CASCADE_DYN = frozenset({"_X", "_slate", "_cov_chol"})
 for _name in (
     "UCBBP",
     "CascadeEpsilonGreedy",
