@@ -317,12 +317,14 @@ class Rule:
     """How a class's restored state is checked beyond the template comparison.
 
     ``dynamic``: attributes whose type or shape depends on the run (checked by ``check``);
-    ``nonfinite``: float attributes that may hold ±inf or NaN; ``check(obj)`` raises
-    ``ValueError`` for an inconsistent state.
+    ``nonfinite``: float attributes that may hold ±inf or NaN; ``fixed``: attributes the
+    constructor derives from the configuration and nothing changes, which must equal the
+    template's values; ``check(obj)`` raises ``ValueError`` for an inconsistent state.
     """
 
     dynamic: frozenset[str] = frozenset()
     nonfinite: frozenset[str] = frozenset()
+    fixed: frozenset[str] = frozenset()
     check: Callable[[Any], None] | None = None
 
 
@@ -346,6 +348,15 @@ def _is_state(value: Any) -> bool:
         and not dataclasses.is_dataclass(value)
         and not hasattr(type(value), "from_datatree")
     )
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal values (arrays element-wise with NaN equal to NaN; sequences item by item)."""
+    if isinstance(a, np.ndarray):
+        return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(map(_same_value, a, b))
+    return bool(a == b) or (a != a and b != b)  # NaN scalars
 
 
 def _template(obj: Any) -> Any:
@@ -433,6 +444,8 @@ class _Checker:
                 self.plain(value, f"{where}.{name}", name in rule.nonfinite)
             else:
                 self.compare(value, vars(t)[name], f"{where}.{name}", name in rule.nonfinite)
+            if name in rule.fixed and not _same_value(value, vars(t)[name]):
+                raise _Refused(f"{where}.{name} does not follow from the configuration")
         if rule.check is not None:
             try:
                 rule.check(r)

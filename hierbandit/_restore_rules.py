@@ -439,7 +439,11 @@ def _check_ebm(p: Any) -> None:
 
 
 for _name in ("EbmTS", "EbmUCB"):
-    RULES[_EBM + _name] = Rule(nonfinite=frozenset({"gamma"}), check=_check_ebm)
+    RULES[_EBM + _name] = Rule(
+        nonfinite=frozenset({"gamma"}),
+        fixed=frozenset({"_literal_44", "_need_uniforms", "_estimates_any"}),
+        check=_check_ebm,
+    )
 
 
 def _check_ridge_policy(p: Any) -> None:
@@ -448,8 +452,8 @@ def _check_ridge_policy(p: Any) -> None:
         _fail(f"t = {t} is not the number of rows of the statistics")
 
 
-RULES[_LIN + "LinUCB"] = Rule(check=_check_ridge_policy)
-RULES[_LIN + "LinTS"] = Rule(check=_check_ridge_policy)
+RULES[_LIN + "LinUCB"] = Rule(fixed=frozenset({"_ones"}), check=_check_ridge_policy)
+RULES[_LIN + "LinTS"] = Rule(fixed=frozenset({"_ones", "_log_t"}), check=_check_ridge_policy)
 
 
 def _check_forced(p: Any) -> None:
@@ -468,8 +472,10 @@ def _check_forced(p: Any) -> None:
     _count(p._warmup_rounds, "_warmup_rounds")
 
 
-RULES[_LIN + "OLSBandit"] = Rule(check=_check_forced)
-RULES[_RM + "RMBandit"] = Rule(check=_check_forced)
+RULES[_LIN + "OLSBandit"] = Rule(fixed=frozenset({"_warmup_rounds"}), check=_check_forced)
+RULES[_RM + "RMBandit"] = Rule(
+    fixed=frozenset({"_warmup_rounds", "_agg", "_schedule"}), check=_check_forced
+)
 
 
 # ---------------------------------------------------------------------- cascade policies
@@ -587,8 +593,10 @@ for _name in (
     "CascadeLinTS",
 ):
     RULES[_CAS + _name] = Rule(dynamic=_CASCADE_DYN, check=_check_cascade)
+RULES[_CAS + "UCBBP"] = Rule(dynamic=_CASCADE_DYN, fixed=frozenset({"_cz"}), check=_check_cascade)
 RULES[_CAS + "AUCBBP"] = Rule(
     dynamic=_CASCADE_DYN | {"_k_ucb", "_k_greedy", "_score"},
+    fixed=frozenset({"_cz"}),
     nonfinite=frozenset({"_score"}),
     check=_check_aucbbp,
 )
@@ -655,11 +663,16 @@ def _check_explorer(a: Any) -> None:
         _count(getattr(a, name), name)
 
 
-for _name in ("BOC", "BOCLE", "Uniform", "Oracle"):
+_EXPLORER_FIXED = frozenset({"_L", "_psi_term", "_corrected"})
+for _name in ("BOC", "BOCLE", "Uniform"):
     RULES[_BOC + _name] = Rule(
-        dynamic=frozenset({"_pending", "centres", "labels"}), check=_check_explorer
+        dynamic=frozenset({"_pending", "centres", "labels"}),
+        fixed=_EXPLORER_FIXED | ({"_floor", "_forced"} if _name != "Uniform" else set()),
+        check=_check_explorer,
     )
 # Oracle's target is its allocation λ, shared with ``lam`` or not depending on the argument
 RULES[_BOC + "Oracle"] = Rule(
-    dynamic=frozenset({"_pending", "centres", "labels", "target"}), check=_check_explorer
+    dynamic=frozenset({"_pending", "centres", "labels", "target"}),
+    fixed=_EXPLORER_FIXED,
+    check=_check_explorer,
 )
