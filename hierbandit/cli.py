@@ -196,6 +196,16 @@ def _print_prior_summary(prior: Any, path: Path, diag: Any = None) -> None:
     console.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
+def _print_ignored_columns(ignored: tuple[tuple[str, str], ...]) -> None:
+    """Say which columns were not taken as features (inferred features only) and why."""
+    if ignored:
+        listed = ", ".join(f"{name!r} (not numeric: {why})" for name, why in ignored)
+        typer.echo(
+            f"ignored column{'' if len(ignored) == 1 else 's'} {listed}; to choose the features "
+            "yourself, name them with --feature"
+        )
+
+
 @app.command("fit-prior")
 def fit_prior_cmd(
     data: Annotated[
@@ -232,26 +242,30 @@ def fit_prior_cmd(
     if out.exists() and out.is_dir():
         raise fail(f"--out {str(out)!r} is a directory; give a file path ending in .nc")
     from .bayes import diagnose, fit_prior
+    from .data import read_log
 
-    kwargs: dict[str, Any] = {
-        "instance": instance,
-        "arm": None if single_arm else arm,
-        "reward": reward,
-        "features": list(feature) if feature else None,
-        "method": method.value,
-        "lam": lam,
-        "random_seed": seed,
-    }
+    kwargs: dict[str, Any] = {"method": method.value, "lam": lam, "random_seed": seed}
     if method is Method.mcmc:
         kwargs.update(draws=draws, tune=tune, chains=chains)
+    try:
+        log = read_log(
+            data,
+            instance=instance,
+            arm=None if single_arm else arm,
+            reward=reward,
+            features=list(feature) if feature else None,
+        )
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    _print_ignored_columns(log.ignored_columns)
     try:
         if sys.stderr.isatty():
             from rich.console import Console
 
             with Console(stderr=True).status(f"fitting the prior ({method.value}) …"):
-                prior = fit_prior(data, **kwargs)
+                prior = fit_prior(log, **kwargs)
         else:
-            prior = fit_prior(data, **kwargs)
+            prior = fit_prior(log, **kwargs)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
     diag = diagnose(prior, warn=False) if method is Method.mcmc else None

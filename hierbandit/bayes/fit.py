@@ -24,6 +24,96 @@ __all__ = ["METHODS", "fit_prior", "prior_from_arrays"]
 
 METHODS = ("eb", "ml", "mcmc")
 
+#: Rewards whose least-squares residual on the features is below this fraction of their own size
+#: (root sum of squares) count as an exact linear function of the features.
+EXACT_FIT_RTOL = 1e-10
+
+
+def _residual(X: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """Squared norm of the least-squares residual of ``y`` on ``X``, and its degrees of freedom."""
+    U, sv, _ = np.linalg.svd(X, full_matrices=False)
+    tol = sv[0] * max(X.shape) * np.finfo(float).eps if sv.size else 0.0
+    Ur = U[:, : int(np.sum(sv > tol))]
+    r = y - Ur @ (Ur.T @ y)
+    return float(r @ r), X.shape[0] - Ur.shape[1]
+
+
+def _check_rewards_vary(log: HistoricalLog) -> None:
+    """Refuse a log from which no noise variance can be estimated, for every method alike.
+
+    Per arm (the prior is fitted arm by arm), with at least two rows:
+
+    * the rewards are all equal (all zero, for instance: an arm that was never clicked): there is
+      no variation to fit. Type-II ML then has σ̂² = 0 whenever the constant is a linear function
+      of the features (always for zero rewards, and with an intercept for any constant), so its
+      likelihood grows without bound; empirical Bayes returns its numerical floors for σ² and Σ;
+      full Bayes returns what the hyperpriors say (its posterior of σ is not even proper when
+      σ̂² = 0). None of these is an estimate from the data, and a bandit warm-started from one
+      would be confidently wrong, so the log is refused.
+    * the rewards are an exact linear function of the features, over the whole arm (typically a
+      feature column that copies the reward) or within every instance (each with its own
+      coefficients), with rows to spare (least-squares residual below ``EXACT_FIT_RTOL`` of the
+      rewards' size): σ² = 0 again, with the same consequences.
+
+    Raises
+    ------
+    ValueError
+        Naming the reward column and every arm (by original label) at fault.
+    """
+    constant, pooled, within = [], [], []
+    for k in range(log.n_arms):
+        X, y, inst = log.arm_rows(k)
+        if y.size < 2:
+            continue
+        label = log.arm_labels[k]
+        if np.all(y == y[0]):
+            constant.append((label, y[0]))
+            continue
+        # scaled so that huge or tiny values neither overflow nor underflow
+        ys = y / np.max(np.abs(y))
+        scale = np.max(np.abs(X), axis=0)
+        Xs = X / np.where(scale > 0, scale, 1.0)
+        limit = EXACT_FIT_RTOL**2 * float(ys @ ys)
+        rss, dof = _residual(Xs, ys)
+        if dof > 0 and rss <= limit:
+            pooled.append(label)
+            continue
+        order = np.argsort(inst, kind="stable")
+        bounds = np.flatnonzero(np.diff(inst[order])) + 1
+        rss, dof = 0.0, 0
+        for rows in np.split(order, bounds):
+            r, f = _residual(Xs[rows], ys[rows])
+            rss, dof = rss + r, dof + f
+            if rss > limit:
+                break
+        if dof > 0 and rss <= limit:
+            within.append(label)
+    col = log.reward_column
+    if constant:
+        values = {float(v) for _, v in constant}
+        if len(constant) == log.n_arms and len(values) == 1:
+            where, fix = f"(every value is {values.pop():g})", "fit on a log whose rewards vary"
+        else:
+            where = f"within arm{'s' if len(constant) > 1 else ''} " + ", ".join(
+                f"{a} (every value is {float(v):g})" for a, v in constant
+            )
+            fix = "leave such arms out or collect rewards that vary"
+        raise ValueError(
+            f"reward column {col!r} is constant {where}: nothing to fit (a prior describes how "
+            f"rewards vary, and these do not); {fix}"
+        )
+    for arms, how, hint in (
+        (pooled, "", "; is one of the features a copy of the reward?"),
+        (within, ", within every instance,", ""),
+    ):
+        if arms:
+            raise ValueError(
+                f"reward column {col!r} is{how} an exact linear function of the features "
+                f"{list(log.features)} (arm{'s' if len(arms) > 1 else ''} "
+                f"{', '.join(str(a) for a in arms)}): the noise variance σ² would be 0 and "
+                f"there is nothing to fit{hint}"
+            )
+
 
 def prior_from_arrays(
     shared_mean: Any,
@@ -227,6 +317,14 @@ def fit_prior(
     HierarchicalPrior
         With ``prior.idata`` (ArviZ InferenceData, dims chain, draw, arm, instance, feature)
         for ``method="mcmc"``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Everything :func:`~hierbandit.data.read_log` refuses; too few rows for the method
+        (:func:`~hierbandit.data.check_min_rows`); and, for every method, an arm whose rewards
+        are constant or an exact linear function of the features (σ² would be 0: nothing can be
+        estimated; refused rather than returning numerical floors or a degenerate fit).
     """
     method = check_choice(method, METHODS, "method")
     log = read_log(data, instance=instance, arm=arm, reward=reward, features=features)
@@ -238,6 +336,7 @@ def fit_prior(
         check_min_rows(
             log, per_arm=d + 2, instances_per_arm=2, min_rows_per_instance=d, method="eb"
         )
+        _check_rewards_vary(log)
         options = eb_options if eb_options is not None else EBOptions(eb_iters=20)
         if not isinstance(options, EBOptions):
             raise TypeError("eb_options must be an EBOptions instance")
@@ -246,8 +345,10 @@ def fit_prior(
         check_min_rows(
             log, per_arm=d + 1, instances_per_arm=2, min_rows_per_instance=1, method="ml"
         )
+        _check_rewards_vary(log)
         return _fit_ml(log, lam, check_scalar(ml_tol, "ml_tol", low=0.0, low_inclusive=False))
     check_min_rows(log, per_arm=1, method="mcmc")
+    _check_rewards_vary(log)
     sampler = {
         "draws": check_positive_int(draws, "draws"),
         "tune": check_positive_int(tune, "tune", minimum=0),

@@ -12,6 +12,15 @@ Conventions
   and converted; strings, booleans and non-integral floats are rejected). Codes follow the sorted
   order of the original ids.
 * Rewards and features must be finite numbers. Boolean columns count as numeric (``0.0``/``1.0``).
+* A column the reader cannot take as numbers is never dropped silently. Named columns (instance,
+  arm, reward, listed features) must be numeric. When the features are inferred, a column of text
+  only (or of another non-numeric dtype, such as datetimes) is left out and recorded in
+  ``HistoricalLog.ignored_columns``; a column that mixes numbers and text (one bad cell in a CSV
+  column of numbers) is refused, naming the column, the first offending row and its value.
+* Column names must be unique; for a CSV file this is checked on the header line itself (pandas
+  would rename a second ``age`` to ``age.1``), so a column legitimately named ``age.1`` is fine.
+* Rows in messages are positions counted from 0 in data order; the CSV header is not a row (row
+  ``r`` is line ``r + 2`` of a file with a one-line header and no blank lines).
 * Row order is kept: the log is a sequence, and the hash depends on the order of the rows.
 * Every error is raised before anything is built, and names the argument or column at fault.
 """
@@ -110,6 +119,10 @@ class HistoricalLog:
         feature names, in row order); independent of ``source`` and of the column names.
     instance_column, arm_column, reward_column : str
         The column names read (``arm_column`` is ``None`` for a single-arm log).
+    ignored_columns : tuple of (str, str)
+        Columns left out when the features were inferred because they are not numeric, each with
+        the reason (``"text"``, ``"no values"`` or ``"dtype ..."``); empty when the features were
+        listed explicitly.
 
     Notes
     -----
@@ -129,6 +142,7 @@ class HistoricalLog:
     instance_column: str = "instance"
     arm_column: str | None = "arm"
     reward_column: str = "reward"
+    ignored_columns: tuple[tuple[str, str], ...] = ()
     _per_arm_index: tuple[np.ndarray, ...] = field(
         default=(), init=False, repr=False, compare=False
     )
@@ -188,6 +202,7 @@ class HistoricalLog:
             ("instance_labels", _readonly(labels["instance"])),
             ("arm_labels", _readonly(labels["arm"])),
             ("features", features),
+            ("ignored_columns", tuple((str(c), str(r)) for c, r in self.ignored_columns)),
             ("data_hash", digest),
             ("_per_arm_index", per_arm),
         ):
@@ -325,6 +340,7 @@ class HistoricalLog:
             "n_arms": self.n_arms,
             "n_features": self.n_features,
             "features": list(self.features),
+            "ignored_columns": dict(self.ignored_columns),
             "columns": {
                 "instance": self.instance_column,
                 "arm": self.arm_column,
@@ -400,6 +416,30 @@ def _dataset_to_frame(ds: xr.Dataset) -> pd.DataFrame:
     return pd.DataFrame(cols, index=pd.RangeIndex(n))
 
 
+def _csv_header(path: Path) -> list[str]:
+    """The names on a CSV file's header line as written (pandas renames duplicates on reading)."""
+    first = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False)
+    return [str(v) for v in first.iloc[0].tolist()] if first.shape[0] else []
+
+
+def _check_csv_header(header: list[str], path: Path) -> None:
+    """Refuse a CSV header that names a column more than once."""
+    positions: dict[str, list[int]] = {}
+    for i, name in enumerate(header, start=1):
+        if name.strip():  # unnamed columns are told apart by pandas ("Unnamed: 3")
+            positions.setdefault(name, []).append(i)
+    dups = {name: pos for name, pos in positions.items() if len(pos) > 1}
+    if dups:
+        where = "; ".join(
+            f"{name!r} at columns {', '.join(map(str, pos))}" for name, pos in dups.items()
+        )
+        raise ValueError(
+            f"data: the header of {str(path)!r} names {len(dups)} column"
+            f"{'' if len(dups) == 1 else 's'} more than once ({where}; columns counted from 1); "
+            "every column needs its own name"
+        )
+
+
 def _load(data: Any) -> tuple[pd.DataFrame, str]:
     """Turn the supported inputs into a DataFrame (not copied) and a source description."""
     if isinstance(data, pd.DataFrame):
@@ -419,9 +459,11 @@ def _load(data: Any) -> tuple[pd.DataFrame, str]:
             raise ValueError(f"data: file {str(path)!r} does not exist")
         if path.is_dir() and kind != "parquet":
             raise ValueError(f"data: {str(path)!r} is a directory, not a {kind} file")
+        header: list[str] | None = None
         try:
             if kind == "csv":
                 frame = pd.read_csv(path, **_CSV_OPTIONS)
+                header = _csv_header(path)
             elif kind == "parquet":
                 frame = pd.read_parquet(path)
             else:
@@ -434,6 +476,8 @@ def _load(data: Any) -> tuple[pd.DataFrame, str]:
             raise ValueError(f"data: could not read {kind} file {str(path)!r}: {exc}") from exc
         except Exception as exc:
             raise ValueError(f"data: could not read {kind} file {str(path)!r}: {exc}") from exc
+        if header is not None:
+            _check_csv_header(header, path)
         return frame, str(path)
     raise TypeError(
         "data must be a pandas DataFrame, an xarray Dataset, a HistoricalLog or a path to a "
@@ -454,13 +498,63 @@ def _missing_column(arg: str, column: str, available: list[str]) -> ValueError:
     )
 
 
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _non_numeric(series: pd.Series) -> tuple[str, str]:
+    """Classify a column of non-numeric dtype: ``(kind, detail)``.
+
+    ``kind`` is ``"mixed"`` (some cells are numbers, some are not: a stray text cell in a column
+    of numbers), ``"text"`` (no cell is a number), ``"numbers"`` (every cell is a number, but
+    the dtype is ``object``), ``"empty"`` (every cell is missing) or ``"dtype"`` (another
+    non-numeric dtype: datetimes, categories, complex numbers…). ``detail`` is a phrase for the
+    message: the first cell that is not a number, with its row (counted from 0) and value.
+    """
+    dtype = series.dtype
+    if not (pd.api.types.is_object_dtype(dtype) or isinstance(dtype, pd.StringDtype)):
+        return "dtype", f"dtype {dtype}"
+    present = series.notna().to_numpy(dtype=bool)
+    try:
+        as_number = pd.to_numeric(series, errors="coerce").notna().to_numpy(dtype=bool)
+    except (TypeError, ValueError):  # pragma: no cover - to_numeric coerces what it cannot parse
+        as_number = np.zeros(len(series), dtype=bool)
+    bad = present & ~as_number
+    n_bad, n_present = int(bad.sum()), int(present.sum())
+    if n_present == 0:
+        return "empty", f"dtype {dtype} with no values (every cell is missing)"
+    if n_bad == 0:
+        return "numbers", (
+            f"dtype {dtype} (numbers stored as Python objects; convert the column to a numeric "
+            "dtype, e.g. with pandas.to_numeric)"
+        )
+    i = int(np.flatnonzero(bad)[0])
+    value = _show(series.iloc[i])
+    if n_bad == n_present:
+        return "text", f"text (e.g. {value} at row {i})"
+    return "mixed", (
+        f"row {i} (0-based, header not counted) holds {value}, which is not a number "
+        f"({n_bad} of {n_present} non-empty cells are not numbers)"
+    )
+
+
+def _not_numeric_error(series: pd.Series, what: str, must: str) -> TypeError:
+    kind, detail = _non_numeric(series)
+    if kind == "mixed":
+        return TypeError(f"{what} {must}, but {detail}")
+    return TypeError(f"{what} {must}, got {detail}")
+
+
 def _ids(series: pd.Series, column: str, role: str) -> np.ndarray:
     """Validate an id column and return it as int64."""
     dtype = series.dtype
     kind = getattr(dtype, "kind", "O")
     what = f"{role} column {column!r}"
-    if kind == "b" or kind not in "iuf":
+    if kind == "b":
         raise TypeError(f"{what} must hold non-negative integer ids, got dtype {dtype}")
+    if kind not in "iuf":
+        raise _not_numeric_error(series, what, "must hold non-negative integer ids")
     values = series.to_numpy(dtype=np.float64, na_value=np.nan) if kind == "f" else None
     if kind in "iu":
         if series.hasnans:
@@ -498,9 +592,8 @@ def _ids(series: pd.Series, column: str, role: str) -> np.ndarray:
 
 def _numeric(series: pd.Series, column: str, role: str) -> np.ndarray:
     """Validate a reward/feature column and return it as finite float64."""
-    dtype = series.dtype
-    if getattr(dtype, "kind", "O") not in "biuf":
-        raise TypeError(f"{role} column {column!r} must be numeric, got dtype {dtype}")
+    if getattr(series.dtype, "kind", "O") not in "biuf":
+        raise _not_numeric_error(series, f"{role} column {column!r}", "must be numeric")
     values = series.to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(values)
     if bad.any():
@@ -540,8 +633,11 @@ def read_log(
         Column of rewards (finite numbers).
     features : sequence of str, optional
         Feature columns, in order. ``None`` takes every other numeric column (booleans
-        included, as 0/1) in the data's order, skipping non-numeric ones; list the columns
-        explicitly to leave out numeric reference columns such as timestamps.
+        included, as 0/1) in the data's order. Columns of text only or of another non-numeric
+        dtype are left out and listed in ``ignored_columns`` of the result; a column that mixes
+        numbers and text (say one ``"oops"`` cell in a CSV column of numbers) is refused rather
+        than dropped. List the columns explicitly to leave out numeric reference columns such as
+        timestamps.
 
     Returns
     -------
@@ -550,12 +646,15 @@ def read_log(
     Raises
     ------
     TypeError
-        Unsupported ``data`` type, wrong argument types, a non-numeric reward or explicitly
-        listed feature, or ids that are not integers.
+        Unsupported ``data`` type, wrong argument types, a non-numeric reward, id or explicitly
+        listed feature column, an inferred feature column that mixes numbers and text or holds
+        numbers with dtype ``object`` (the message names the column and, for a text cell, its
+        row and value), or ids that are not integers.
     ValueError
-        Unreadable file or unknown extension, empty data, missing columns (with close matches
-        suggested), no or duplicate features, a feature that is also the instance/arm/reward
-        column, NaN or inf in the reward or features, or missing/negative ids.
+        Unreadable file or unknown extension, a CSV header or DataFrame naming a column twice,
+        empty data, missing columns (with close matches suggested), no or duplicate features, a
+        feature that is also the instance/arm/reward column, NaN or inf in the reward or
+        features, or missing/negative ids.
 
     Examples
     --------
@@ -603,16 +702,34 @@ def read_log(
         seen[col] = role
 
     # -- features
+    ignored: list[tuple[str, str]] = []
     if feature_cols is None:
-        feature_cols = [
-            c
-            for c in columns
-            if c not in seen and getattr(frame[by_name[c]].dtype, "kind", "O") in "biuf"
-        ]
+        feature_cols = []
+        for c in columns:
+            if c in seen:
+                continue
+            series = frame[by_name[c]]
+            if getattr(series.dtype, "kind", "O") in "biuf":
+                feature_cols.append(c)
+                continue
+            kind, detail = _non_numeric(series)
+            if kind == "mixed":
+                raise TypeError(
+                    f"features: column {c!r} mixes numbers and text: {detail}; fix the cell, or "
+                    "name the feature columns explicitly to leave this column out"
+                )
+            if kind == "numbers":
+                raise TypeError(
+                    f"features: column {c!r} holds numbers with dtype {series.dtype}; convert "
+                    "it to a numeric dtype (e.g. with pandas.to_numeric), or name the feature "
+                    "columns explicitly to leave it out"
+                )
+            ignored.append((c, {"text": "text", "empty": "no values"}.get(kind, detail)))
         if not feature_cols:
+            skipped = "".join(f"; {c!r} is {why}" for c, why in ignored)
             raise ValueError(
-                "features: no numeric feature columns besides the instance/arm/reward columns; "
-                f"available columns: {columns}"
+                "features: no numeric feature columns besides the instance/arm/reward columns"
+                f"{skipped}; available columns: {columns}"
             )
     else:
         if not feature_cols:
@@ -625,11 +742,9 @@ def read_log(
                 raise ValueError(f"features must not include the {seen[f]} column {f!r}")
             if f not in by_name:
                 raise _missing_column("features", f, columns)
-            kind = getattr(frame[by_name[f]].dtype, "kind", "O")
-            if kind not in "biuf":
-                raise TypeError(
-                    f"features: column {f!r} must be numeric, got dtype {frame[by_name[f]].dtype}"
-                )
+            series = frame[by_name[f]]
+            if getattr(series.dtype, "kind", "O") not in "biuf":
+                raise _not_numeric_error(series, f"features: column {f!r}", "must be numeric")
 
     # -- values (all checked before anything is built)
     inst_ids = _ids(frame[by_name[instance_col]], instance_col, "instance")
@@ -656,6 +771,7 @@ def read_log(
         instance_column=instance_col,
         arm_column=arm_col,
         reward_column=reward_col,
+        ignored_columns=tuple(ignored),
     )
 
 
