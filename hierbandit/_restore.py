@@ -359,6 +359,25 @@ def _same_value(a: Any, b: Any) -> bool:
     return bool(a == b) or (a != a and b != b)  # NaN scalars
 
 
+def _scalar_config(t: Any) -> set[str]:
+    """The attributes of ``t`` that hold a scalar constructor argument (sizes, settings).
+
+    In a template they are what the configuration implies, also for nested objects (a
+    policy's statistics object gets its sizes from the policy), so a restored object must
+    hold the same values: a nested size that disagrees with its arrays would send a compiled
+    kernel out of bounds."""
+    state = vars(t)
+    names = set()
+    for name in inspect.signature(type(t).__init__).parameters:
+        value = state.get(name, _MISSING)
+        if value is None or isinstance(value, bool | int | float | str | np.generic):
+            names.add(name)
+    return names
+
+
+_MISSING = object()
+
+
 def _template(obj: Any) -> Any:
     """A fresh object of ``type(obj)`` built from the configuration ``obj`` holds."""
     cls = type(obj)
@@ -438,8 +457,14 @@ class _Checker:
         if names_r != names_t:
             missing, extra = sorted(names_t - names_r), sorted(names_r - names_t)
             raise _Refused(f"{where} attributes differ (missing {missing}, unexpected {extra})")
+        config = _scalar_config(t)
         for name in sorted(names_t):
             value = vars(r)[name]
+            if name in config and not _same_value(value, vars(t)[name]):
+                raise _Refused(
+                    f"{where}.{name} = {value!r} does not match its owner's configuration "
+                    f"({vars(t)[name]!r})"
+                )
             if name in rule.dynamic:
                 self.plain(value, f"{where}.{name}", name in rule.nonfinite)
             else:
