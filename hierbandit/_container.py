@@ -49,6 +49,8 @@ MAX_OBJECTS = 100_000
 #: size, and at least :data:`MIN_EXPANSION_BYTES`; sealed files are never compressed
 MAX_EXPANSION = 1000
 MIN_EXPANSION_BYTES = 64 * 2**20
+#: the walk's deadline: this many seconds, plus one per 20 MB of payload (per 1 MB unsealed)
+PROBE_SECONDS = 20.0
 
 
 def seal(payload: bytes, kind: str) -> bytes:
@@ -205,7 +207,7 @@ def probe(payload: bytes, path: str | os.PathLike[str], *, strict: bool = True) 
     if not payload.startswith(_HDF5_SIGNATURE):
         raise InvalidFileError(path, "not a netCDF-4/HDF5 file")
     limit = len(payload) if strict else max(MAX_EXPANSION * len(payload), MIN_EXPANSION_BYTES)
-    deadline = 20.0 + len(payload) / 20e6 * (1 if strict else 20)
+    deadline = PROBE_SECONDS + len(payload) / 20e6 * (1 if strict else 20)
     cmd = [sys.executable, "-I", "-c", _PROBE, "strict" if strict else "loose"]
     cmd += [str(limit), str(MAX_OBJECTS)]
     try:

@@ -621,8 +621,9 @@ def read_log(
     ----------
     data : DataFrame, str, Path, xarray.Dataset or HistoricalLog
         One row per interaction. A path must end in ``.csv`` (optionally compressed, e.g.
-        ``.csv.gz``), ``.parquet``/``.pq`` or ``.nc`` (opened with xarray's ``h5netcdf``
-        engine). A Dataset must hold its columns as variables along one row dimension (the
+        ``.csv.gz``), ``.parquet``/``.pq`` or ``.nc`` (netCDF-4, read with xarray's
+        ``h5netcdf`` engine after the file has been walked in a separate interpreter with a
+        deadline and size limits, :func:`hierbandit._container.read_netcdf`). A Dataset must hold its columns as variables along one row dimension (the
         dimension's index coordinate is not a column). A HistoricalLog is returned as is.
     instance : str, default "instance"
         Column of instance (user) ids: non-negative integers.
