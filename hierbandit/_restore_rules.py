@@ -124,14 +124,6 @@ def _close(a: np.ndarray, b: np.ndarray, scale: np.ndarray, name: str) -> None:
         _fail(f"{name}[{bad[0]}] differs from the sum over its members")
 
 
-def _every(obj: Any, name: str = "_every", config: str = "recompute_every") -> None:
-    """The kernels' period equals the one derived from the configuration."""
-    want = getattr(obj, config)
-    want = 0 if want is None else want
-    if getattr(obj, name) != want or not _is_int(getattr(obj, name)):
-        _fail(f"{name} = {getattr(obj, name)!r} does not match {config} = {want!r}")
-
-
 # ---------------------------------------------------------------------- statistics
 
 
@@ -144,7 +136,6 @@ def _check_suffstats(G: np.ndarray, q: np.ndarray, n: np.ndarray, prefix: str = 
 
 
 def _check_ridge(s: Any) -> None:
-    _every(s)
     _check_suffstats(s.G, s.q, s.n)
     _symmetric(s.Ainv, "Ainv")
     _nonneg(np.diagonal(s.Ainv, axis1=-2, axis2=-1), "Ainv diagonal")
@@ -157,7 +148,7 @@ def _check_ols(s: Any) -> None:
     _check_suffstats(s.G, s.q, s.n)
 
 
-RULES[_STATS + "ridge:RidgeStats"] = Rule(check=_check_ridge)
+RULES[_STATS + "ridge:RidgeStats"] = Rule(fixed=frozenset({"_every"}), check=_check_ridge)
 RULES[_STATS + "ridge:OLSStats"] = Rule(check=_check_ols)
 
 
@@ -168,7 +159,6 @@ _N_FREE, _NEXT_ORDER, _N_ALIVE = 0, 1, 2
 
 def _check_cluster_stats(cs: Any) -> None:
     U = cs.n_users
-    _every(cs)
     for name in ("labels", "head", "tail", "next", "prev", "free", "size", "order", "since", "n"):
         a = getattr(cs, name)
         if a.shape[:1] != (U,):  # pragma: no cover - the template fixes the shapes
@@ -263,51 +253,27 @@ def _check_cluster_stats(cs: Any) -> None:
         _fail("Ainv diagonal must be positive")
 
 
-RULES[_STATS + "cluster_stats:ClusterStats"] = Rule(check=_check_cluster_stats)
+RULES[_STATS + "cluster_stats:ClusterStats"] = Rule(
+    fixed=frozenset({"_every"}), check=_check_cluster_stats
+)
 
 
 # ---------------------------------------------------------------------- clustering policies
 
 
 def _check_clustering_common(p: Any) -> None:
-    from .policies.clustering import _check_beta
-
-    _count(p.t, "t")
-    _every(p)
-    want = _check_beta(p.beta)
-    if p._beta_const != want:
-        _fail(f"_beta_const = {p._beta_const!r} does not match beta = {p.beta!r}")
+    # the statistics' sizes and settings are checked against the policy's configuration by
+    # the template comparison (scalar constructor arguments of nested objects)
+    t = _count(p.t, "t")
+    rows = p.stats.users.n if hasattr(p.stats, "users") else p.stats.n
+    if int(rows.sum()) != t:
+        _fail(f"t = {t} is not the number of rows of the statistics")
 
 
 def _check_sclub(p: Any) -> None:
     _check_clustering_common(p)
     cs = p.stats
     U = p.n_users
-    if cs.recompute_every != p.recompute_every or cs.users.recompute_every != (
-        p.user_recompute_every
-    ):
-        _fail("stats.recompute_every does not match the policy's")
-    if cs.reg != p.reg or cs.n_users != U or cs.n_features != p.n_features:
-        _fail("stats configuration does not match the policy's")
-    if int(cs.users.n.sum()) != p.t:
-        _fail(f"t = {p.t} is not the number of rows of the users' statistics")
-    freq = 0 if not p.use_frequency else (1 if p.freq_test == "pairwise" else 2)
-    uevery = 0 if p.user_recompute_every is None else p.user_recompute_every
-    ip = [
-        freq,
-        0 if p.pivot == "phase_start" else 1,
-        0 if p.uncheck == "phase" else 1,
-        0 if p.merge_scan == "current" else 1,
-        uevery,
-        p._every,
-        1 if p.bonus == "sqrt" else 0,
-        1 if p.double_count_split else 0,
-    ]
-    if p._ip.tolist() != ip:
-        _fail(f"_ip = {p._ip.tolist()} does not match the configuration ({ip})")
-    fp = [p.alpha_theta, p.alpha_p, p._beta_const]
-    if p._fp.tolist() != fp:
-        _fail(f"_fp = {p._fp.tolist()} does not match the configuration ({fp})")
     live = cs.size > 0
     slots = np.flatnonzero(live)
     sm = p._sm
@@ -366,15 +332,6 @@ def _check_club(p: Any) -> None:
 
     cs = p.stats
     U = p.n_users
-    _every(p, "_uevery", "user_recompute_every")
-    if cs.recompute_every != p.recompute_every or cs.users.recompute_every != (
-        p.user_recompute_every
-    ):
-        _fail("stats.recompute_every does not match the policy's")
-    if cs.reg != p.reg or cs.n_users != U or cs.n_features != p.n_features:
-        _fail("stats configuration does not match the policy's")
-    if int(cs.users.n.sum()) != p.t:
-        _fail(f"t = {p.t} is not the number of rows of the users' statistics")
     adj = p.adjacency
     bits = np.unpackbits(adj.view(np.uint8), axis=1, bitorder="little")
     if np.any(bits[:, U:]):
@@ -395,10 +352,6 @@ def _check_club(p: Any) -> None:
 def _check_linucb(p: Any) -> None:
     _check_clustering_common(p)
     s = p.stats
-    if s.recompute_every != p.recompute_every or s.reg != p.reg:
-        _fail("stats configuration does not match the policy's")
-    if int(s.n.sum()) != p.t:
-        _fail(f"t = {p.t} is not the number of rows of the statistics")
     G, _b, q, n = p._pu
     _check_suffstats(G, q, n, "_pu ")
     if p._one:
@@ -407,10 +360,13 @@ def _check_linucb(p: Any) -> None:
         _close(s.G, G.sum(axis=0)[None], np.array([_fro(G).sum()]), "G")
 
 
-RULES[_CL + "SCLUB"] = Rule(check=_check_sclub)
-RULES[_CL + "CLUB"] = Rule(check=_check_club)
-RULES[_CL + "LinUCBOne"] = Rule(check=_check_linucb)
-RULES[_CL + "LinUCBInd"] = Rule(check=_check_linucb)
+# settings the constructor derives from the configuration (the kernels' integer and float
+# parameter vectors, periods, the bonus constant)
+_CL_FIXED = frozenset({"_every", "_beta_const"})
+RULES[_CL + "SCLUB"] = Rule(fixed=_CL_FIXED | {"_ip", "_fp"}, check=_check_sclub)
+RULES[_CL + "CLUB"] = Rule(fixed=_CL_FIXED | {"_uevery"}, check=_check_club)
+RULES[_CL + "LinUCBOne"] = Rule(fixed=_CL_FIXED, check=_check_linucb)
+RULES[_CL + "LinUCBInd"] = Rule(fixed=_CL_FIXED, check=_check_linucb)
 
 
 # ---------------------------------------------------------------------- per-instance policies
