@@ -228,15 +228,14 @@ def probe(payload: bytes, path: str | os.PathLike[str], *, strict: bool = True) 
     raise InvalidFileError(path, f"unreadable netCDF/HDF5 ({lines[-1] if lines else 'no detail'})")
 
 
-def read_netcdf(
-    path: str | os.PathLike[str], kind: str | None, *, decode_cf: bool = True
-) -> xr.DataTree:
+def read_netcdf(path: str | os.PathLike[str], kind: str | None) -> xr.DataTree:
     """Read a netCDF file into memory as a DataTree, safely.
 
-    ``kind`` names the sealed kind the file must be (``"checkpoint"``, ``"prior"``, ...):
-    the seal is verified (:func:`unseal`). ``kind=None`` also reads a netCDF file from
-    elsewhere (a user's log); a sealed file of any kind is still verified. Either way the payload is walked by :func:`probe` first, and it
-    is read from the verified bytes in memory (the file is not opened again).
+    ``kind`` names the sealed kind the file must be (``"checkpoint"``, ``"prior"``, ...): the
+    seal is verified (:func:`unseal`). ``kind=None`` also reads a netCDF file from elsewhere
+    (a user's log); a sealed file of any kind is still verified. Either way the payload is
+    walked by :func:`probe` first, then parsed from the verified bytes in memory (the file is
+    not opened again, so it cannot change in between).
 
     Raises
     ------
@@ -264,7 +263,7 @@ def read_netcdf(
             raise InvalidFileError(path, f"cannot be read ({exc})") from None
     probe(payload, path, strict=sealed)
     try:
-        with xr.open_datatree(io.BytesIO(payload), engine="h5netcdf", decode_cf=decode_cf) as tree:
+        with xr.open_datatree(io.BytesIO(payload), engine="h5netcdf") as tree:
             return tree.load()
     except MemoryError:
         raise
