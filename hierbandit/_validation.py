@@ -13,28 +13,67 @@ import numpy as np
 
 __all__ = [
     "MAX_ABS",
+    "MAX_FEATURE",
+    "MAX_REG",
+    "MAX_VARIANCE",
+    "MIN_REG",
+    "MIN_VARIANCE",
     "as_generator",
     "check_choice",
     "check_covariance",
+    "check_feature_array",
+    "check_features",
     "check_index",
     "check_matrix",
     "check_positive_int",
+    "check_regularisation",
     "check_scalar",
+    "check_scale",
+    "check_variance",
     "check_vector",
 ]
 
 
-#: Largest magnitude accepted in data arrays (contexts, features, rewards). Squares and sums of
-#: squares of such values stay far from overflow, so statistics built from accepted data are
-#: always finite; larger values are rejected as almost certainly corrupt.
+#: Largest magnitude accepted in data arrays (rewards, and the data of the offline and
+#: exploration algorithms). Squares and sums of squares of such values stay far from overflow,
+#: so statistics built from accepted data are always finite; larger values are rejected as
+#: almost certainly corrupt.
 MAX_ABS = 1e100
 
+#: Largest magnitude of a context (feature) value accepted by the online policies (the six
+#: ``Policy`` classes, the cascade and the clustering policies). Their posterior covariances
+#: are inverses of regulariser + Σ x xᵀ, whose regulariser float64 resolves only while |x|² is
+#: small against regulariser/ε: measured on adversarial rows (several features at the bound
+#: at once) with the default regularisation, every policy's covariance keeps at least two
+#: significant digits up to 1e6 (at most 4e-2 scaled error, 3e-4 for the ridge and cascade
+#: policies), loses them by 1e7 and is meaningless at 1e8 (docs/reliability.md).
+MAX_FEATURE = 1e6
 
-def _check_finite(arr: np.ndarray, name: str, max_abs: float | None) -> None:
+#: Bounds of the regularisation parameters of the online policies (``ridge``, ``lam``, ``reg``)
+#: and of the scale parameters that multiply a posterior covariance (LinTS ``v``,
+#: CascadeLinTS ``sigma``). Below 1e-6 a unit-scale row's covariance loses more than 1e-10 of
+#: relative accuracy in the directions only the regulariser sees (measured; 1e-4 at 1e-12);
+#: above 1e6 rows of scale 1e-4 are within 5e-7 of float64's resolution against the prior.
+MIN_REG = 1e-6
+MAX_REG = 1e6
+
+#: Bounds of noise variances given to the online policies (EbmTS/EbmUCB ``sigma2_init``, the
+#: floor of σ̂²): products with the Gram matrices of accepted contexts stay finite.
+MIN_VARIANCE = 1e-100
+MAX_VARIANCE = 1e100
+
+
+def _check_finite(arr: np.ndarray, name: str, max_abs: float | None, hint: str = "") -> None:
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite (no NaN or inf)")
     if max_abs is not None and arr.size and np.max(np.abs(arr)) > max_abs:
-        raise ValueError(f"{name} must have magnitude <= {max_abs:g}, got {np.max(np.abs(arr)):g}")
+        raise ValueError(
+            f"{name} must have magnitude <= {max_abs:g}{hint}, got {np.max(np.abs(arr)):g}"
+        )
+
+
+#: appended to the message refusing a context beyond :data:`MAX_FEATURE`
+FEATURE_HINT = " (the range float64 carries for the posterior covariances; rescale the features)"
 
 
 def check_index(value: Any, upper: int, name: str) -> int:
@@ -76,8 +115,50 @@ def check_vector(
     arr = _as_float_array(value, name)
     if arr.shape != (length,):
         raise ValueError(f"{name} must have shape ({length},), got {arr.shape}")
-    _check_finite(arr, name, max_abs)
+    _check_finite(arr, name, max_abs, FEATURE_HINT if max_abs == MAX_FEATURE else "")
     return arr
+
+
+def check_features(value: Any, length: int, name: str = "context") -> np.ndarray:
+    """:func:`check_vector` with the context bound :data:`MAX_FEATURE` of the online policies."""
+    return check_vector(value, length, name, max_abs=MAX_FEATURE)
+
+
+def check_feature_array(arr: np.ndarray, name: str) -> None:
+    """Refuse a float array (already finite-checked or not) with an entry beyond
+    :data:`MAX_FEATURE` (or not finite), naming ``name``."""
+    _check_finite(arr, name, MAX_FEATURE, FEATURE_HINT)
+
+
+def check_regularisation(value: Any, name: str, *, low: float = MIN_REG) -> float:
+    """A regularisation (or covariance scale) parameter in ``[low, MAX_REG]``
+    (:data:`MIN_REG`, :data:`MAX_REG`)."""
+    v = check_scalar(value, name, low=0.0, low_inclusive=False)
+    if not low <= v <= MAX_REG:
+        raise ValueError(
+            f"{name} must be in [{low:g}, {MAX_REG:g}] (the range the posterior numerics are "
+            f"measured for; rescale the features instead), got {v:g}"
+        )
+    return v
+
+
+def check_scale(value: Any, name: str) -> float:
+    """A non-negative scale that multiplies a posterior covariance (LinTS ``v``, CascadeLinTS
+    ``sigma``), at most :data:`MAX_REG`."""
+    v = check_scalar(value, name, low=0.0)
+    if v > MAX_REG:
+        raise ValueError(
+            f"{name} must be in [0, {MAX_REG:g}] (it multiplies a posterior covariance), got {v:g}"
+        )
+    return v
+
+
+def check_variance(value: Any, name: str) -> float:
+    """A noise variance in ``[MIN_VARIANCE, MAX_VARIANCE]``."""
+    v = check_scalar(value, name, low=0.0, low_inclusive=False)
+    if not MIN_VARIANCE <= v <= MAX_VARIANCE:
+        raise ValueError(f"{name} must be in [{MIN_VARIANCE:g}, {MAX_VARIANCE:g}], got {v:g}")
+    return v
 
 
 def check_matrix(
@@ -95,7 +176,7 @@ def check_matrix(
     ):
         want = tuple("any" if s is None else s for s in shape)
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
-    _check_finite(arr, name, max_abs)
+    _check_finite(arr, name, max_abs, FEATURE_HINT if max_abs == MAX_FEATURE else "")
     return arr
 
 
@@ -115,7 +196,13 @@ def check_scalar(
             value = value.item()
         else:
             raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # a Python int beyond the float range (e.g. 10**400)
+        bits = int(value).bit_length()
+        raise ValueError(
+            f"{name} must be finite, got an integer of {bits} bits (beyond the float range)"
+        ) from None
     if not np.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if low is not None and (value < low or (not low_inclusive and value == low)):

@@ -30,10 +30,10 @@ from .._validation import (
     MAX_ABS,
     as_generator,
     check_choice,
+    check_features,
     check_index,
     check_positive_int,
     check_scalar,
-    check_vector,
 )
 from ..checkpoint import SharedStateMixin
 
@@ -144,14 +144,14 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
     def select(self, instance: int, context: Any) -> int:
         """Choose an arm for ``instance`` given ``context`` (shape ``(n_features,)``)."""
         j = check_index(instance, self.n_instances, "instance")
-        x = check_vector(context, self.n_features, "context")
+        x = check_features(context, self.n_features, "context")
         with self._lock:
             return self._select(j, x)
 
     def update(self, instance: int, context: Any, arm: int, reward: float) -> None:
         """Record that ``arm`` was pulled for ``instance`` with ``context`` and paid ``reward``."""
         j = check_index(instance, self.n_instances, "instance")
-        x = check_vector(context, self.n_features, "context")
+        x = check_features(context, self.n_features, "context")
         k = check_index(arm, self.n_arms, "arm")
         y = check_scalar(reward, "reward", max_abs=MAX_ABS)
         with self._lock:

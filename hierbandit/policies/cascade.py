@@ -49,18 +49,20 @@ from scipy.special import expit
 
 from .._params import ParamsMixin
 from .._validation import (
-    MAX_ABS,
     _as_float_array,
     as_generator,
     check_choice,
     check_covariance,
+    check_feature_array,
     check_index,
     check_positive_int,
+    check_regularisation,
     check_scalar,
+    check_scale,
     check_vector,
 )
 from ..envs.cascade import _backward_plan, backward_plan, check_rewards, slate_value
-from ..stats.logistic import UPDATES, OnlineLogistic, joint_quadform
+from ..stats.logistic import UPDATES, OnlineLogistic, joint_quadform, spd_factor
 from .base import SharedStateMixin
 
 __all__ = [
@@ -196,10 +198,7 @@ def _check_contexts(contexts: Any, n_features: int) -> np.ndarray:
         raise ValueError(
             f"contexts must have shape (N, {n_features}) with N >= 1 user contexts, got {X.shape}"
         )
-    if not np.all(np.isfinite(X)):
-        raise ValueError("contexts must be finite (no NaN or inf)")
-    if np.max(np.abs(X)) > MAX_ABS:
-        raise ValueError(f"contexts must have magnitude <= {MAX_ABS:g}")
+    check_feature_array(X, "contexts")
     return X
 
 
@@ -367,8 +366,8 @@ class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
     # ------------------------------------------------------------------ for subclasses
     def _start(self, X: np.ndarray) -> None:
         """Unchecked start: sets ``_X`` and (open-loop policies) the slate ``_slate (N, H)``."""
-        self._X = X
-        self._slate = self._plan(X)
+        slate = self._plan(X)
+        self._X, self._slate = X, slate
 
     @abstractmethod
     def _plan(self, X: np.ndarray) -> np.ndarray:
@@ -421,7 +420,7 @@ class _LogisticCascadePolicy(CascadePolicy):
         rng: Any = None,
     ) -> None:
         super().__init__(n_arms, n_features, rewards, horizon, tie_break=tie_break, rng=rng)
-        self.lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
+        self.lam = check_regularisation(lam, "lam")
         self.update_rule = check_choice(update_rule, UPDATES, "update_rule")
         self.warmup = check_positive_int(warmup, "warmup", minimum=0)
         mean, prec = _check_prior(prior, self.n_params)
@@ -811,31 +810,51 @@ class _LinearCascadePolicy(CascadePolicy):
         rng: Any = None,
     ) -> None:
         super().__init__(n_arms, n_features, rewards, horizon, tie_break=tie_break, rng=rng)
-        self.lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
+        self.lam = check_regularisation(lam, "lam")
         self.slate = check_choice(slate, ("rank", "plan"), "slate")
         mean, prec = _check_prior(prior, self.n_params)
         self.prior = prior
         p = self.n_params
         self.M = self.lam * np.eye(p) if prec is None else prec.copy()
+        self._M0 = self.M.copy()  # the prior precision, M ⪰ M₀
         self.B = np.zeros(p) if mean is None else self.M @ mean
         self.n_obs = 0
         self._refresh()
 
+    def _factorise(self, M: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Cholesky factor of ``M``, θ̄ = M⁻¹B and M⁻¹, computed without touching the state.
+
+        ``M`` ⪰ λ_min(M₀)·I (the prior precision), the floor of :func:`spd_factor` when
+        rounding hides the ridge (huge contexts), so the factorisation always succeeds.
+        """
+        try:
+            chol = scipy.linalg.cho_factor(M, lower=True, check_finite=False)[0]
+        except np.linalg.LinAlgError:
+            chol = spd_factor(M, float(np.linalg.eigvalsh(self._M0)[0]))
+        theta = scipy.linalg.cho_solve((chol, True), B, check_finite=False)
+        inv = scipy.linalg.cho_solve((chol, True), np.eye(self.n_params), check_finite=False)
+        cov = 0.5 * (inv + inv.T)
+        if not (np.all(np.isfinite(chol)) and np.all(np.isfinite(theta))):
+            raise ValueError(
+                "contexts: the episode's rows overflow the ridge statistics in float64 "
+                "(rescale the features); the policy is unchanged"
+            )
+        return chol, theta, cov
+
     def _refresh(self) -> None:
-        self._chol = scipy.linalg.cho_factor(self.M, lower=True, check_finite=False)[0]
-        self.theta_bar = scipy.linalg.cho_solve((self._chol, True), self.B)
-        inv = scipy.linalg.cho_solve((self._chol, True), np.eye(self.n_params))
-        self._cov = 0.5 * (inv + inv.T)
+        self._chol, self.theta_bar, self._cov = self._factorise(self.M, self.B)
         self._cov_chol: np.ndarray | None = None
 
     def _learn(self, Z: np.ndarray, y: np.ndarray) -> None:
         if Z.shape[0] == 0:
             return
-        self.M = self.M + Z.T @ Z
-        self.M = 0.5 * (self.M + self.M.T)
-        self.B = self.B + Z.T @ y
-        self.n_obs += Z.shape[0]
-        self._refresh()
+        M = self.M + Z.T @ Z
+        M = 0.5 * (M + M.T)
+        B = self.B + Z.T @ y
+        chol, theta, cov = self._factorise(M, B)  # may refuse: nothing changed yet
+        self.M, self.B, self.n_obs = M, B, self.n_obs + Z.shape[0]
+        self._chol, self.theta_bar, self._cov = chol, theta, cov
+        self._cov_chol = None
 
     def _slates_from_attraction(self, W: np.ndarray) -> np.ndarray:
         """Slates from attraction estimates ``W (N, K)`` (clipped to [0, 1])."""
@@ -959,13 +978,21 @@ class CascadeLinTS(_LinearCascadePolicy):
             tie_break=tie_break,
             rng=rng,
         )
-        self.sigma = check_scalar(sigma, "sigma", low=0.0)
+        self.sigma = check_scale(sigma, "sigma")
 
     def _plan(self, X: np.ndarray) -> np.ndarray:
         N, d = X.shape[0], self.n_features
         xi = self._streams[1].standard_normal((self.n_params, N))
         if self._cov_chol is None:
-            self._cov_chol = np.linalg.cholesky(self._cov)
+            try:
+                self._cov_chol = np.linalg.cholesky(self._cov)
+            except np.linalg.LinAlgError:
+                # M⁻¹ too ill-conditioned to factorise again: M⁻¹ = L⁻ᵀL⁻¹ with M = LLᵀ,
+                # so L⁻ᵀ is a square root of it as well
+                Li = scipy.linalg.solve_triangular(
+                    self._chol, np.eye(self.n_params), lower=True, check_finite=False
+                )
+                self._cov_chol = np.ascontiguousarray(Li.T)
         dev = self._cov_chol @ xi  # ~ N(0, M⁻¹) per column
         th = self.theta_bar[:, None] + self.sigma * dev  # (p, N)
         W = np.einsum("nd,dn->n", X, th[:d])[:, None] + th[d:].T

@@ -45,15 +45,18 @@ from numba import njit
 from .._params import ParamsMixin
 from .._validation import (
     MAX_ABS,
+    MAX_FEATURE,
     _as_float_array,
     as_generator,
     check_bool,
     check_choice,
+    check_feature_array,
+    check_features,
     check_index,
     check_matrix,
     check_positive_int,
+    check_regularisation,
     check_scalar,
-    check_vector,
 )
 from ..stats.cluster_stats import (
     ClusterStats,
@@ -868,7 +871,7 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
         self._beta_const = _check_beta(beta)
         self.beta = beta
         self.bonus = check_choice(bonus, ("sqrt", "no_sqrt"), "bonus")
-        self.reg = check_scalar(reg, "reg", low=0.0, low_inclusive=False)
+        self.reg = check_regularisation(reg, "reg")
         self._every = _check_every(recompute_every, "recompute_every")
         self.recompute_every = recompute_every
         self.tie_break = check_choice(tie_break, ("random", "first"), "tie_break")
@@ -887,7 +890,7 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
 
     # ------------------------------------------------------------------ public API
     def _check_items(self, items: Any) -> np.ndarray:
-        arr = check_matrix(items, (None, self.n_features), "items")
+        arr = check_matrix(items, (None, self.n_features), "items", max_abs=MAX_FEATURE)
         if arr.shape[0] == 0:
             raise ValueError("items must contain at least one item")
         return np.ascontiguousarray(arr)
@@ -901,7 +904,7 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
     def update(self, user: int, item_features: Any, reward: float) -> None:
         """Record that ``user`` was shown ``item_features`` (shape ``(d,)``) and paid ``reward``."""
         u = check_index(user, self.n_users, "user")
-        x = check_vector(item_features, self.n_features, "item_features")
+        x = check_features(item_features, self.n_features, "item_features")
         y = check_scalar(reward, "reward", max_abs=MAX_ABS)
         self._update(u, x, y)
 
@@ -964,7 +967,8 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
         noise = _as_float_array(noise, "noise")
         if noise.shape != (T,):
             raise ValueError(f"noise must have shape ({T},), got {noise.shape}")
-        for name, arr in (("items", items), ("means", means), ("noise", noise)):
+        check_feature_array(items, "items")
+        for name, arr in (("means", means), ("noise", noise)):
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"{name} must be finite (no NaN or inf)")
             if arr.size and np.max(np.abs(arr)) > MAX_ABS:

@@ -25,12 +25,15 @@ import numpy as np
 import xarray as xr
 
 from .._validation import (
+    MAX_VARIANCE,
     check_choice,
     check_covariance,
+    check_features,
     check_index,
     check_positive_int,
+    check_regularisation,
     check_scalar,
-    check_vector,
+    check_variance,
 )
 from ..stats import _kernels as K
 from ..stats.empirical_bayes import EBOptions
@@ -114,7 +117,7 @@ class EbmPolicy(Policy):
     ) -> None:
         super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
         N, Kn, d = self.n_instances, self.n_arms, self.n_features
-        self.lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
+        self.lam = check_regularisation(lam, "lam")
         self.a = check_scalar(a, "a", low=0.0)
         self.hyper_update_every = check_positive_int(hyper_update_every, "hyper_update_every")
         self.forced_init = check_choice(forced_init, ("global", "per_instance"), "forced_init")
@@ -131,14 +134,19 @@ class EbmPolicy(Policy):
         Sigma0 = (
             np.broadcast_to(np.eye(d), (Kn, d, d)).copy()
             if Sigma_init is None
-            else (check_covariance(Sigma_init, d, "Sigma_init", batch=Kn))
+            else _bounded_cov(check_covariance(Sigma_init, d, "Sigma_init", batch=Kn), "Sigma_init")
         )
-        s2 = np.asarray(sigma2_init, dtype=float) if not isinstance(sigma2_init, str) else None
+        try:
+            s2 = np.asarray(sigma2_init, dtype=float) if not isinstance(sigma2_init, str) else None
+        except (TypeError, ValueError, OverflowError):
+            s2 = None
         if s2 is None or s2.ndim > 1 or (s2.ndim == 1 and s2.shape != (Kn,)):
             raise ValueError(f"sigma2_init must be a positive number or an array of shape ({Kn},)")
         s2 = np.broadcast_to(s2, (Kn,)).copy()
         if not (np.all(np.isfinite(s2)) and np.all(s2 > 0)):
             raise ValueError("sigma2_init must be finite and > 0")
+        for v in s2:
+            check_variance(float(v), "sigma2_init")
         self.prior = prior
         self.prior_mode = check_choice(prior_mode, ("init", "fixed"), "prior_mode")
         self._P0 = np.broadcast_to(self.lam * np.eye(d), (Kn, d, d)).copy()
@@ -208,7 +216,10 @@ class EbmPolicy(Policy):
                 )
         if s2.shape != (Kn,) or not (np.all(np.isfinite(s2)) and np.all(s2 > 0)):
             raise ValueError(f"prior.sigma2 must be {Kn} finite positive values")
-        Sig = check_covariance(Sig, d, "prior.Sigma", batch=Kn)
+        for v in s2:
+            check_variance(float(v), "prior.sigma2")
+        Sig = _bounded_cov(check_covariance(Sig, d, "prior.Sigma", batch=Kn), "prior.Sigma")
+        _bounded_cov(S, "prior.shared_cov")
         for k in range(Kn):
             self._P0[k], self._h0[k] = shared_prior_arrays(self.lam, d, (m[k], S[k]))
         return Sig, s2.copy()
@@ -314,7 +325,7 @@ class EbmPolicy(Policy):
             b += x * y
             self._reestimate_arm(k)
         else:
-            K.rank_one_update(
+            exact = K.rank_one_update(
                 x,
                 y,
                 self.G[k, j],
@@ -328,14 +339,16 @@ class EbmPolicy(Policy):
                 self.sigma2[k],
             )
             self._rank_one_count[k] += 1
-            if self._rank_one_count[k] >= self.recompute_every:
+            # an ill-conditioned rank-one step (a row large against what the arm knows) was
+            # not applied: recompute the arm from its (updated) sufficient statistics
+            if not exact or self._rank_one_count[k] >= self.recompute_every:
                 self._recompute_arm(k)
 
     # ------------------------------------------------------------------ public
     def predict(self, instance: int, context: Any) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean μ̂ (5.1) and standard deviation τ (5.2) of every arm's mean reward."""
         j = check_index(instance, self.n_instances, "instance")
-        x = check_vector(context, self.n_features, "context")
+        x = check_features(context, self.n_features, "context")
         mu = np.empty(self.n_arms)
         tau = np.empty(self.n_arms)
         self._moments(j, x, mu, tau)
@@ -373,6 +386,14 @@ class EbmPolicy(Policy):
 
 
 _NO_UNIFORMS = np.empty((0, 1))
+
+
+def _bounded_cov(S: np.ndarray, name: str) -> np.ndarray:
+    """Refuse a covariance with an entry beyond ``MAX_VARIANCE`` (products with the Gram
+    matrices of accepted contexts would overflow)."""
+    if S.size and not np.max(np.abs(S)) <= MAX_VARIANCE:
+        raise ValueError(f"{name} must have entries of magnitude <= {MAX_VARIANCE:g}")
+    return S
 
 
 class EbmUCB(EbmPolicy):

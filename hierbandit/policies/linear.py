@@ -25,10 +25,12 @@ from numba import njit
 from .._validation import (
     check_bool,
     check_choice,
+    check_features,
     check_index,
     check_positive_int,
+    check_regularisation,
     check_scalar,
-    check_vector,
+    check_scale,
 )
 from ..stats.ridge import OLSStats, RidgeStats
 from .base import Policy, hyperparameter_dataset, posterior_dataset
@@ -242,14 +244,14 @@ class LinUCB(_RidgeBandit):
     ) -> None:
         super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
         self.alpha = check_scalar(alpha, "alpha", low=0.0)
-        self.ridge = check_scalar(ridge, "ridge", low=0.0, low_inclusive=False)
+        self.ridge = check_regularisation(ridge, "ridge")
         self.recompute_every = recompute_every
         self._init_stats(self.ridge, recompute_every)
 
     def index(self, instance: int, context: Any) -> np.ndarray:
         """The LinUCB index of every arm for ``instance`` and ``context``, shape (n_arms,)."""
         j = check_index(instance, self.n_instances, "instance")
-        x = check_vector(context, self.n_features, "context")
+        x = check_features(context, self.n_features, "context")
         out = np.empty(self.n_arms)
         s = self.stats
         _index_scores(s.Ainv, s.theta, j * self.n_arms, x, self.alpha, self._ones, out)
@@ -334,8 +336,8 @@ class LinTS(_RidgeBandit):
         rng: Any = None,
     ) -> None:
         super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
-        self.v = check_scalar(v, "v", low=0.0)
-        self.ridge = check_scalar(ridge, "ridge", low=0.0, low_inclusive=False)
+        self.v = check_scale(v, "v")
+        self.ridge = check_regularisation(ridge, "ridge")
         self.v_schedule = check_choice(v_schedule, ("constant", "sqrt_log_t"), "v_schedule")
         self.recompute_every = recompute_every
         self._init_stats(self.ridge, recompute_every)
@@ -355,7 +357,7 @@ class LinTS(_RidgeBandit):
         argmax of such a draw.
         """
         j = check_index(instance, self.n_instances, "instance")
-        x = check_vector(context, self.n_features, "context")
+        x = check_features(context, self.n_features, "context")
         return self._draw(j, x)
 
     def _draw(self, j: int, x: np.ndarray) -> np.ndarray:
@@ -407,7 +409,7 @@ class ForcedSamplingBandit(Policy):
     ) -> None:
         self.q = check_positive_int(q, "q")
         self.h = check_scalar(h, "h", low=0.0)
-        self.ridge = check_scalar(ridge, "ridge", low=0.0, low_inclusive=False)
+        self.ridge = check_regularisation(ridge, "ridge")
         self.clock = check_choice(clock, ("local", "global"), "clock")
         self._warmup_rounds = warmup_rounds
         units = self.n_arms * self.n_instances

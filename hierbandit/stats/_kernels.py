@@ -18,6 +18,21 @@ from numba import njit
 
 _JIT = {"cache": True, "nogil": True}
 
+#: a Sherman–Morrison step with 1 + xᵀA⁻¹x (or the corresponding denominator) above this is
+#: replaced by an exact refactorisation: its relative rounding error along the update is
+#: about ε times that number, here at most 2e-12
+SM_LIMIT = 1e4
+
+#: largest entry of an estimated Σ̂ (the scatter of per-instance OLS estimates) and largest
+#: σ̂² that are used; beyond them (or on overflow) the previous value is kept, so that every
+#: product of the posterior (Σ̂ G, σ̂² C̃, C̃ b) stays far from overflow
+SIGMA_MAX = 1e100
+SIGMA2_MAX = 1e100
+
+#: up to this dimension the d×d products are written as dot products, above it as row updates
+#: whose contiguous inner loops vectorise (both measured on d = 3, 10 and 20)
+_SMALL_D = 6
+
 
 @njit(**_JIT)
 def inv_general(M, out):
@@ -78,7 +93,7 @@ def cholesky_lower(P, L):
             for k in range(j):
                 s -= L[i, k] * L[j, k]
             if i == j:
-                if s <= 0.0:
+                if not s > 0.0:  # also refuses NaN
                     return False
                 L[i, i] = np.sqrt(s)
             else:
@@ -89,10 +104,41 @@ def cholesky_lower(P, L):
 
 
 @njit(**_JIT)
+def cholesky_floored(P, floor, L):
+    """Cholesky factor of a symmetric matrix known to satisfy P ⪰ floor·I (floor > 0), with
+    every pivot floored at ``floor``.
+
+    Every pivot of the exact factorisation is a Schur complement of P and so at least
+    λ_min(P) ≥ floor; a smaller computed pivot is rounding (a regulariser below the resolution
+    of the matrix), and flooring it gives a factor that always exists. Returns the number of
+    floored pivots (0: the plain Cholesky factor).
+    """
+    d = P.shape[0]
+    floored = 0
+    for i in range(d):
+        for j in range(i + 1):
+            s = P[i, j]
+            for k in range(j):
+                s -= L[i, k] * L[j, k]
+            if i == j:
+                if not s >= floor:
+                    s = floor
+                    floored += 1
+                L[i, i] = np.sqrt(s)
+            else:
+                L[i, j] = s / L[j, j]
+        for j in range(i + 1, d):
+            L[i, j] = 0.0
+    return floored
+
+
+@njit(**_JIT)
 def spd_inverse(P, out):
     """Inverse of a symmetric positive-definite matrix via Cholesky (exactly symmetric output).
 
-    Falls back to Gauss–Jordan when the Cholesky factorisation fails numerically.
+    When the Cholesky factorisation fails numerically (the matrix is positive definite but
+    below the resolution of float64), falls back to :func:`psd_inverse_floor` with a relative
+    floor, so the output is always symmetric positive definite. Returns False in that case.
     """
     d = P.shape[0]
     return spd_inverse_into(P, out, np.empty((d, d)), np.empty((d, d)))
@@ -101,16 +147,92 @@ def spd_inverse(P, out):
 @njit(**_JIT)
 def spd_inverse_into(P, out, L, Li):
     """:func:`spd_inverse` with the caller's (d, d) scratch ``L`` and ``Li``."""
+    return spd_inverse_floor_into(P, 0.0, out, L, Li)
+
+
+@njit(**_JIT)
+def spd_inverse_floor(P, floor, out):
+    """:func:`spd_inverse` of a matrix known to satisfy P ⪰ floor·I (floor > 0), which the
+    fallback uses as the eigenvalue floor (see :func:`psd_inverse_floor`)."""
     d = P.shape[0]
+    return spd_inverse_floor_into(P, floor, out, np.empty((d, d)), np.empty((d, d)))
+
+
+@njit(**_JIT)
+def psd_inverse_floor(P, floor, out):
+    """Inverse of a symmetric matrix that is positive definite in exact arithmetic, computed
+    from the eigendecomposition of its diagonally scaled form; always symmetric positive
+    definite.
+
+    With D = diag(P)^{-1/2} and B = D P D (unit diagonal), the eigenvalues of B are clipped
+    from below at floor·min(D²) when ``floor > 0`` (a valid lower bound when P ⪰ floor·I,
+    e.g. P = reg·I + G with G positive semi-definite), otherwise at d·ε·max|λ(B)| (the
+    resolution of float64), and P⁻¹ = D B⁻¹ D. Used when the Cholesky factorisation fails:
+    rounding has then made P indefinite or singular, and the clipped eigenvalues are those
+    float64 cannot resolve. O(d³).
+    """
+    d = P.shape[0]
+    D = np.empty(d)
+    dmin = np.inf
+    for i in range(d):
+        p = P[i, i]
+        D[i] = 1.0 / np.sqrt(p) if p > 0.0 else 1.0
+        if D[i] * D[i] < dmin:
+            dmin = D[i] * D[i]
+    B = np.empty((d, d))
+    for i in range(d):
+        for k in range(d):
+            B[i, k] = 0.5 * (P[i, k] + P[k, i]) * D[i] * D[k]
+    w, V = np.linalg.eigh(B)
+    top = 0.0
+    for i in range(d):
+        if abs(w[i]) > top:
+            top = abs(w[i])
+    lo = floor * dmin if floor > 0.0 else d * 2.220446049250313e-16 * top
+    if not lo > 0.0:
+        lo = 1e-300
+    for i in range(d):
+        w[i] = 1.0 / (w[i] if w[i] > lo else lo)
+    for i in range(d):
+        for k in range(i + 1):
+            s = 0.0
+            for m in range(d):
+                s += V[i, m] * w[m] * V[k, m]
+            s *= D[i] * D[k]
+            out[i, k] = s
+            out[k, i] = s
+
+
+@njit(**_JIT)
+def spd_inverse_floor_into(P, floor, out, L, Li):
+    """:func:`spd_inverse_floor` with the caller's (d, d) scratch ``L`` and ``Li``; returns
+    True when the Cholesky factorisation succeeded (the exact path)."""
     if not cholesky_lower(P, L):
-        ok = inv_general_into(P, out, Li)
-        for i in range(d):
-            for j in range(i):
-                v = 0.5 * (out[i, j] + out[j, i])
-                out[i, j] = v
-                out[j, i] = v
-        return ok
-    # Linv (lower triangular)
+        psd_inverse_floor(P, floor, out)
+        return False
+    cholesky_inverse(L, out, Li)
+    return True
+
+
+@njit(**_JIT)
+def cholesky_inverse(L, out, Li):
+    """(L Lᵀ)⁻¹ = L⁻ᵀL⁻¹ from a Cholesky factor, exactly symmetric (``Li``: (d, d) scratch)."""
+    d = L.shape[0]
+    cholesky_inverse_lower(L, Li)
+    # out = Liᵀ Li
+    for i in range(d):
+        for j in range(i + 1):
+            s = 0.0
+            for k in range(i, d):
+                s += Li[k, i] * Li[k, j]
+            out[i, j] = s
+            out[j, i] = s
+
+
+@njit(**_JIT)
+def cholesky_inverse_lower(L, Li):
+    """L⁻¹ of a lower-triangular L with a positive diagonal (lower triangular)."""
+    d = L.shape[0]
     for i in range(d):
         for j in range(i + 1, d):
             Li[i, j] = 0.0
@@ -120,15 +242,221 @@ def spd_inverse_into(P, out, L, Li):
             for k in range(j, i):
                 s -= L[i, k] * Li[k, j]
             Li[i, j] = s / L[i, i]
-    # out = Liᵀ Li
+
+
+@njit(**_JIT)
+def sigma_root(Sigma, L):
+    """A square root L Lᵀ = Σ of a symmetric positive semi-definite Σ into ``L``: the Cholesky
+    factor (returns True), or V·diag(√max(w, 0)) from the eigendecomposition when Σ is
+    singular (returns False)."""
+    d = Sigma.shape[0]
+    return sigma_root_into(Sigma, L, np.empty((d, d)))
+
+
+@njit(**_JIT)
+def sigma_root_into(Sigma, L, S):
+    """:func:`sigma_root` with the caller's (d, d) scratch ``S``."""
+    d = Sigma.shape[0]
     for i in range(d):
-        for j in range(i + 1):
-            s = 0.0
-            for k in range(i, d):
-                s += Li[k, i] * Li[k, j]
-            out[i, j] = s
-            out[j, i] = s
-    return True
+        for k in range(d):
+            S[i, k] = 0.5 * (Sigma[i, k] + Sigma[k, i])
+    if cholesky_lower(S, L):
+        return True
+    w, V = np.linalg.eigh(S)
+    for k in range(d):
+        c = np.sqrt(w[k]) if w[k] > 0.0 else 0.0
+        for i in range(d):
+            L[i, k] = V[i, k] * c
+    return False
+
+
+@njit(**_JIT)
+def gram_ctilde(Gj, Lr, sigma2, Ctj, K, R, W, tri=False):
+    """C̃_j = (ΣG_j + σ²I)⁻¹Σ from Σ = Lr Lrᵀ, positive semi-definite by construction
+    (``K``, ``R``, ``W``: (d, d) scratch; ``tri``: ``Lr`` is lower triangular).
+
+    With S = σ²I + Lrᵀ G_j Lr (⪰ σ²I), C̃_j = Lr S⁻¹ Lrᵀ = W Wᵀ with W = Lr R⁻ᵀ (S = R Rᵀ).
+    When rounding hides σ² in S (huge G_j), S⁻¹ comes from :func:`psd_inverse_floor` with
+    the floor σ² and is left in ``R``; returns False in that case (True: ``R`` holds the
+    Cholesky factor of S).
+    """
+    d = Gj.shape[0]
+    # K = Lrᵀ G Lr (lower triangle; ``tri``: Lr is lower triangular); S = σ² I + K
+    for i in range(d):
+        for k in range(d):
+            t = 0.0
+            for m in range(k if tri else 0, d):
+                t += 0.5 * (Gj[i, m] + Gj[m, i]) * Lr[m, k]
+            W[i, k] = t  # G Lr
+    for i in range(d):
+        for k in range(i + 1):
+            t = 0.0
+            for m in range(i if tri else 0, d):
+                t += Lr[m, i] * W[m, k]
+            K[i, k] = t
+    for i in range(d):
+        for k in range(i):
+            K[k, i] = K[i, k]
+        K[i, i] += sigma2
+    if cholesky_lower(K, R):
+        # W = Lr R⁻ᵀ: solve W Rᵀ = Lr by forward substitution, row by row of W
+        for i in range(d):
+            for k in range(d):
+                t = Lr[i, k]
+                for m in range(k):
+                    t -= R[k, m] * W[i, m]
+                W[i, k] = t / R[k, k]
+        for i in range(d):
+            for k in range(i + 1):
+                t = 0.0
+                for m in range(d):
+                    t += W[i, m] * W[k, m]
+                Ctj[i, k] = t
+                Ctj[k, i] = t
+        return True
+    psd_inverse_floor(K, sigma2, R)  # R = S⁻¹
+    for i in range(d):
+        for k in range(d):
+            t = 0.0
+            for m in range(d):
+                t += Lr[i, m] * R[m, k]
+            W[i, k] = t  # Lr S⁻¹
+    for i in range(d):
+        for k in range(i + 1):
+            t = 0.0
+            for m in range(d):
+                t += W[i, m] * Lr[k, m]
+            Ctj[i, k] = t
+            Ctj[k, i] = t
+    return False
+
+
+@njit(**_JIT)
+def instance_blocks(Gj, Lr, Linv, sigma2, Ctj, Minv, K, R, W):
+    """C̃_j (a Gram matrix) and M_j⁻¹ = (ΣG_j + σ²I)⁻¹ of one instance, Σ = Lr Lrᵀ with Lr
+    lower triangular and invertible (``Linv`` = Lr⁻¹; ``K``, ``R``, ``W``: (d, d) scratch).
+
+    With S = σ²I + Lrᵀ G_j Lr = R Rᵀ and W = Lr R⁻ᵀ: C̃_j = W Wᵀ and
+    M_j⁻¹ = Lr S⁻¹ Lr⁻¹ = W (R⁻¹ Lr⁻¹). When rounding hides σ² in S, S⁻¹ is the floored
+    inverse of :func:`psd_inverse_floor` instead (see :func:`gram_ctilde`). ``G_j`` is
+    symmetric (sums of outer products).
+    """
+    d = Gj.shape[0]
+    # W = G Lr and K = Lrᵀ W + σ²I (Lr lower triangular); dot products for small d, row
+    # updates (contiguous inner loops) otherwise
+    if d <= _SMALL_D:
+        for i in range(d):
+            for k in range(d):
+                t = 0.0
+                for m in range(k, d):
+                    t += Gj[i, m] * Lr[m, k]
+                W[i, k] = t
+        for i in range(d):
+            for k in range(i + 1):
+                t = 0.0
+                for m in range(i, d):
+                    t += Lr[m, i] * W[m, k]
+                K[i, k] = t
+    else:
+        for i in range(d):
+            for k in range(d):
+                W[i, k] = 0.0
+                K[i, k] = 0.0
+            for m in range(d):
+                g = Gj[i, m]
+                for k in range(m + 1):
+                    W[i, k] += g * Lr[m, k]
+        for m in range(d):
+            for i in range(m + 1):
+                c = Lr[m, i]
+                for k in range(i + 1):
+                    K[i, k] += c * W[m, k]
+    for i in range(d):
+        for k in range(i):
+            K[k, i] = K[i, k]
+        K[i, i] += sigma2
+    if cholesky_lower(K, R):
+        # W = Lr R⁻ᵀ (forward substitution on W Rᵀ = Lr), C̃ = W Wᵀ
+        for i in range(d):
+            for k in range(d):
+                t = Lr[i, k]
+                for m in range(k):
+                    t -= R[k, m] * W[i, m]
+                W[i, k] = t / R[k, k]
+        for i in range(d):
+            for k in range(i + 1):
+                t = 0.0
+                for m in range(d):
+                    t += W[i, m] * W[k, m]
+                Ctj[i, k] = t
+                Ctj[k, i] = t
+        # K = R⁻¹ Lr⁻¹ (lower triangular; forward substitution on R K = Lr⁻¹), M⁻¹ = W K
+        if d <= _SMALL_D:
+            for i in range(d):
+                inv = 1.0 / R[i, i]
+                for k in range(i + 1):
+                    t = Linv[i, k]
+                    for m in range(k, i):
+                        t -= R[i, m] * K[m, k]
+                    K[i, k] = t * inv
+            for i in range(d):
+                for k in range(d):
+                    t = 0.0
+                    for m in range(k, d):
+                        t += W[i, m] * K[m, k]
+                    Minv[i, k] = t
+        else:
+            for i in range(d):
+                for k in range(d):
+                    K[i, k] = Linv[i, k] if k <= i else 0.0
+                for m in range(i):
+                    c = R[i, m]
+                    for k in range(m + 1):
+                        K[i, k] -= c * K[m, k]
+                inv = 1.0 / R[i, i]
+                for k in range(i + 1):
+                    K[i, k] *= inv
+            for i in range(d):
+                for k in range(d):
+                    Minv[i, k] = 0.0
+                for m in range(d):
+                    c = W[i, m]
+                    for k in range(m + 1):
+                        Minv[i, k] += c * K[m, k]
+        return True
+    gram_ctilde(Gj, Lr, sigma2, Ctj, K, R, W, True)  # floored S⁻¹ left in R
+    for i in range(d):
+        for k in range(d):
+            t = 0.0
+            for m in range(i + 1):
+                t += Lr[i, m] * R[m, k]
+            W[i, k] = t
+    for i in range(d):
+        for k in range(d):
+            t = 0.0
+            for m in range(k, d):
+                t += W[i, m] * Linv[m, k]
+            Minv[i, k] = t
+    return False
+
+
+@njit(**_JIT)
+def shared_inverse(P, P0, Phi):
+    """Φ = P⁻¹ (Cholesky). P = P0 + Σ_j X_jᵀV_j⁻¹X_j ⪰ P0, so when rounding makes P
+    numerically singular the fallback floors the eigenvalues at λ_min(P0). Returns False then."""
+    d = P.shape[0]
+    return shared_inverse_into(P, P0, Phi, np.empty((d, d)), np.empty((d, d)))
+
+
+@njit(**_JIT)
+def shared_inverse_into(P, P0, Phi, L, Li):
+    """:func:`shared_inverse` with the caller's (d, d) scratch ``L`` and ``Li``."""
+    if cholesky_lower(P, L):
+        cholesky_inverse(L, Phi, Li)
+        return True
+    w = np.linalg.eigvalsh(0.5 * (P0 + P0.T))
+    psd_inverse_floor(P, w[0] if w[0] > 0.0 else 0.0, Phi)
+    return False
 
 
 @njit(**_JIT)
@@ -139,32 +467,46 @@ def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
     P0 = λI, h0 = 0 — so P = P0 + Σ_j A_jᵀG_j/σ² and r = h0 + Σ_j A_jᵀb_j/σ².
 
     Fills ``Ct`` (N,d,d) = C̃_j, ``A`` (N,d,d) = A_j, ``P`` = Φ⁻¹, ``r``, ``Phi`` = Φ and
-    ``beta0`` = β̂₀ in place. Returns False if a linear system was singular.
+    ``beta0`` = β̂₀ in place. With Σ = Lr Lrᵀ (Cholesky) and S_j = σ²I + Lrᵀ G_j Lr ⪰ σ²I,
+    C̃_j = Lr S_j⁻¹ Lrᵀ (a Gram matrix, :func:`gram_ctilde`) and A_j = σ²M_j⁻¹ with
+    M_j⁻¹ = (ΣG_j + σ²I)⁻¹ = Lr S_j⁻¹ Lr⁻¹; for a singular Σ, M_j⁻¹ comes from Gauss–Jordan.
+    C̃_j and Φ (:func:`shared_inverse`) are symmetric positive semi-definite by construction,
+    so every posterior covariance C_j = σ²C̃_j + A_jΦA_jᵀ is too, whatever rounding does. Returns False when P
+    could not be factorised (singular with an improper prior P0 = 0, or P0 below the
+    resolution of the data's information) and Φ comes from the floored eigendecomposition.
     """
     N, d = b.shape
-    M = np.empty((d, d))
-    Minv = np.empty((d, d))
-    W = np.empty((d, d))
-    ok = True
+    buf = np.empty((7, d, d))  # scratch
+    M, Minv, Lr, K, R, W, Linv = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6]
+    triangular = sigma_root_into(Sigma, Lr, M)
+    if triangular:
+        cholesky_inverse_lower(Lr, Linv)
     for i in range(d):
         r[i] = h0[i]
         for k in range(d):
             P[i, k] = P0[i, k]
     for j in range(N):
-        # M = Σ G_j + σ² I
+        if triangular:
+            instance_blocks(G[j], Lr, Linv, sigma2, Ct[j], Minv, K, R, W)
+        else:
+            # singular Σ: C̃_j by gram_ctilde, M = ΣG_j + σ²I by Gauss–Jordan
+            gram_ctilde(G[j], Lr, sigma2, Ct[j], K, R, W, False)
+            for i in range(d):
+                for k in range(d):
+                    s = 0.0
+                    for m in range(d):
+                        s += Sigma[i, m] * G[j, m, k]
+                    M[i, k] = s + (sigma2 if i == k else 0.0)
+            if not inv_general_into(M, Minv, W):
+                # an exactly singular pivot (σ² lost to rounding): σ²M⁻¹ = I − C̃_j G_j
+                for i in range(d):
+                    for k in range(d):
+                        s = 0.0
+                        for m in range(d):
+                            s += Ct[j, i, m] * G[j, m, k]
+                        Minv[i, k] = ((1.0 if i == k else 0.0) - s) / sigma2
         for i in range(d):
             for k in range(d):
-                s = 0.0
-                for m in range(d):
-                    s += Sigma[i, m] * G[j, m, k]
-                M[i, k] = s + (sigma2 if i == k else 0.0)
-        ok &= inv_general_into(M, Minv, W)
-        for i in range(d):
-            for k in range(d):
-                s = 0.0
-                for m in range(d):
-                    s += Minv[i, m] * Sigma[m, k]
-                Ct[j, i, k] = s
                 A[j, i, k] = sigma2 * Minv[i, k]
         # P += Minvᵀ G_j ; r += Minvᵀ b_j   (A_jᵀ/σ² = Minvᵀ)
         for i in range(d):
@@ -172,24 +514,25 @@ def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
             for m in range(d):
                 s += Minv[m, i] * b[j, m]
             r[i] += s
-            for k in range(d):
-                s = 0.0
-                for m in range(d):
-                    s += Minv[m, i] * G[j, m, k]
-                P[i, k] += s
-    # symmetrise C̃ (exactly symmetric in exact arithmetic) and P
-    for j in range(N):
-        for i in range(d):
-            for k in range(i):
-                v = 0.5 * (Ct[j, i, k] + Ct[j, k, i])
-                Ct[j, i, k] = v
-                Ct[j, k, i] = v
+        if d <= _SMALL_D:
+            for i in range(d):
+                for k in range(d):
+                    s = 0.0
+                    for m in range(d):
+                        s += Minv[m, i] * G[j, m, k]
+                    P[i, k] += s
+        else:
+            for m in range(d):
+                for i in range(d):
+                    c = Minv[m, i]
+                    for k in range(d):
+                        P[i, k] += c * G[j, m, k]
     for i in range(d):
         for k in range(i):
             v = 0.5 * (P[i, k] + P[k, i])
             P[i, k] = v
             P[k, i] = v
-    ok &= spd_inverse(P, Phi)
+    ok = shared_inverse_into(P, P0, Phi, R, W)
     for i in range(d):
         s = 0.0
         for k in range(d):
@@ -199,10 +542,30 @@ def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
 
 
 @njit(**_JIT)
-def instance_moments(Ct, A, b, beta0, Phi, sigma2, mean, cov):
-    """β̂_j = A β̂₀ + C̃ b and C_j = σ² C̃ + A Φ Aᵀ for one (arm, instance)."""
+def psd_root(Phi, F):
+    """F with F Fᵀ = Φ for a symmetric positive semi-definite Φ (eigendecomposition, negative
+    rounding-level eigenvalues set to 0)."""
+    d = Phi.shape[0]
+    S = np.empty((d, d))
+    for i in range(d):
+        for k in range(d):
+            S[i, k] = 0.5 * (Phi[i, k] + Phi[k, i])
+    w, V = np.linalg.eigh(S)
+    for k in range(d):
+        c = np.sqrt(w[k]) if w[k] > 0.0 else 0.0
+        for i in range(d):
+            F[i, k] = V[i, k] * c
+
+
+@njit(**_JIT)
+def instance_moments_root(Ct, A, b, beta0, PhiRoot, sigma2, mean, cov):
+    """β̂_j = A β̂₀ + C̃ b and C_j = σ² C̃ + (AF)(AF)ᵀ for one (arm, instance), F Fᵀ = Φ.
+
+    Both terms are positive semi-definite by construction (C̃ is kept so, and the second is a
+    Gram matrix), so C_j is whatever the conditioning of A and Φ.
+    """
     d = b.shape[0]
-    AP = np.empty((d, d))
+    AF = np.empty((d, d))
     for i in range(d):
         s = 0.0
         for k in range(d):
@@ -211,35 +574,39 @@ def instance_moments(Ct, A, b, beta0, Phi, sigma2, mean, cov):
         for k in range(d):
             s = 0.0
             for m in range(d):
-                s += A[i, m] * Phi[m, k]
-            AP[i, k] = s
+                s += A[i, m] * PhiRoot[m, k]
+            AF[i, k] = s
     for i in range(d):
         for k in range(i + 1):
             s = 0.0
             for m in range(d):
-                s += AP[i, m] * A[k, m]
-            v = sigma2 * 0.5 * (Ct[i, k] + Ct[k, i]) + 0.5 * s
+                s += AF[i, m] * AF[k, m]
+            v = sigma2 * 0.5 * (Ct[i, k] + Ct[k, i]) + s
             cov[i, k] = v
             cov[k, i] = v
-    # second half of the A Φ Aᵀ symmetrisation
-    for i in range(d):
-        for k in range(i + 1):
-            s = 0.0
-            for m in range(d):
-                s += AP[k, m] * A[i, m]
-            cov[i, k] += 0.5 * s
-            if i != k:
-                cov[k, i] = cov[i, k]
+
+
+@njit(**_JIT)
+def instance_moments(Ct, A, b, beta0, Phi, sigma2, mean, cov):
+    """β̂_j = A β̂₀ + C̃ b and C_j = σ² C̃ + A Φ Aᵀ for one (arm, instance)
+    (:func:`instance_moments_root` with a square root of Φ)."""
+    d = b.shape[0]
+    F = np.empty((d, d))
+    psd_root(Phi, F)
+    instance_moments_root(Ct, A, b, beta0, F, sigma2, mean, cov)
 
 
 @njit(**_JIT)
 def all_moments(Ct, A, b, beta0, Phi, sigma2, mean, cov):
     """``instance_moments`` for every (arm, instance): arrays with leading (K, N) axes."""
     K, N = b.shape[0], b.shape[1]
+    d = b.shape[2]
+    F = np.empty((d, d))
     for k in range(K):
+        psd_root(Phi[k], F)
         for j in range(N):
-            instance_moments(
-                Ct[k, j], A[k, j], b[k, j], beta0[k], Phi[k], sigma2[k], mean[k, j], cov[k, j]
+            instance_moments_root(
+                Ct[k, j], A[k, j], b[k, j], beta0[k], F, sigma2[k], mean[k, j], cov[k, j]
             )
 
 
@@ -286,6 +653,11 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
     Sherman–Morrison on C̃_j and A_j, a rank-one increment of P = Φ⁻¹ (Lemma D.3 of the ebm
     paper, in the corrected form (I + vvᵀ)⁻¹ = I − vvᵀ/(1 + vᵀv)), Sherman–Morrison on Φ, and the
     change of instance j's term in r. Updates ``Gj``/``bj`` too. O(d²).
+
+    Both Sherman–Morrison steps subtract a rank-one term that cancels all but a fraction 1/s of
+    the matrix along the update (s = 1 + xᵀC̃_jx, resp. the denominator of the Φ step). When
+    either s is above ``SM_LIMIT`` (or not ≥ 1/2) only ``Gj`` and ``bj`` are updated and False
+    is returned: the caller must then recompute the arm from its sufficient statistics.
     """
     d = x.shape[0]
     cx = np.empty(d)
@@ -301,6 +673,29 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
         ax[i] = a
     for i in range(d):
         s += x[i] * cx[i]
+    # u = Aᵀx / σ² (with the pre-update A), the Φ step's vector and denominator
+    u = np.empty(d)
+    for i in range(d):
+        u[i] = ax[i] / sigma2
+    Pu = np.empty(d)
+    uPu = 0.0
+    for i in range(d):
+        t = 0.0
+        for m in range(d):
+            t += Phi[i, m] * u[m]
+        Pu[i] = t
+        uPu += u[i] * t
+    good = 0.5 <= s <= SM_LIMIT
+    if good:
+        c = sigma2 / s
+        den = 1.0 + c * uPu
+        good = 0.5 <= den <= SM_LIMIT
+    if not good:
+        for i in range(d):
+            bj[i] += x[i] * y
+            for m in range(d):
+                Gj[i, m] += x[i] * x[m]
+        return False
     # old contribution of instance j to r: A_jᵀ b_j / σ²
     old_r = np.empty(d)
     for i in range(d):
@@ -313,29 +708,23 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
         bj[i] += x[i] * y
         for m in range(d):
             Gj[i, m] += x[i] * x[m]
-    # C̃ ← C̃ − c̃x c̃xᵀ / s ;  A ← A − c̃x (Aᵀx)ᵀ / s
+    # C̃ ← C̃ − c̃x c̃xᵀ / s (one triangle, mirrored) ;  A ← A − c̃x (Aᵀx)ᵀ / s
     for i in range(d):
         for m in range(d):
-            Ctj[i, m] -= cx[i] * cx[m] / s
+            if m >= i:
+                v = Ctj[i, m] - cx[i] * cx[m] / s
+                Ctj[i, m] = v
+                Ctj[m, i] = v
             Aj[i, m] -= cx[i] * ax[m] / s
-    # u = Aᵀx / σ² ; P += (σ²/s) u uᵀ ; Φ by Sherman–Morrison
-    c = sigma2 / s
-    u = np.empty(d)
+    # P += (σ²/s) u uᵀ ; Φ by Sherman–Morrison (one triangle, mirrored)
     for i in range(d):
-        u[i] = ax[i] / sigma2
-    Pu = np.empty(d)
-    uPu = 0.0
-    for i in range(d):
-        t = 0.0
         for m in range(d):
-            t += Phi[i, m] * u[m]
             P[i, m] += c * u[i] * u[m]
-        Pu[i] = t
-        uPu += u[i] * t
-    den = 1.0 + c * uPu
     for i in range(d):
-        for m in range(d):
-            Phi[i, m] -= c * Pu[i] * Pu[m] / den
+        for m in range(i, d):
+            v = Phi[i, m] - c * Pu[i] * Pu[m] / den
+            Phi[i, m] = v
+            Phi[m, i] = v
     for i in range(d):
         t = 0.0
         for m in range(d):
@@ -346,6 +735,7 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
         for m in range(d):
             t += Phi[i, m] * r[m]
         beta0[i] = t
+    return True
 
 
 # ---------------------------------------------------------------------- empirical Bayes
@@ -627,6 +1017,16 @@ def psd_floor(S, eig_floor, out):
 
 
 @njit(**_JIT)
+def _within(S, bound):
+    """Every entry of ``S`` is finite and at most ``bound`` in magnitude."""
+    for i in range(S.shape[0]):
+        for k in range(S.shape[1]):
+            if not abs(S[i, k]) <= bound:
+                return False
+    return True
+
+
+@njit(**_JIT)
 def estimate_Sigma(
     G,
     b,
@@ -648,6 +1048,7 @@ def estimate_Sigma(
 
     ``threshold_mode``: 0 = cross-validated, 1 = fixed ``gamma_fixed``, 2 = none.
     Returns (gamma, n_eff); when fewer than ``min_instances`` instances have full-rank data,
+    or when the scatter has an entry beyond ``SIGMA_MAX`` in magnitude (or not finite),
     ``Sigma_prev`` is copied to ``Sigma_out`` and gamma is NaN.
     """
     N, d = b.shape
@@ -671,6 +1072,11 @@ def estimate_Sigma(
             c += 1
     S = np.empty((d, d))
     scatter_cov(Be, np.arange(n_eff), normalization, S)
+    if not _within(S, SIGMA_MAX):
+        # the OLS estimates' scatter is beyond what the posterior can carry (or overflowed):
+        # Σ̂ is not estimable in float64, keep the previous value
+        Sigma_out[:, :] = Sigma_prev
+        return np.nan, n_eff
     gamma = 0.0
     if threshold_mode == 1:
         gamma = gamma_fixed
@@ -694,6 +1100,9 @@ def estimate_Sigma(
             for i in range(d):
                 for k in range(d):
                     S[i, k] -= sigma2 * Gi[i, k] / n_eff
+    if not _within(S, SIGMA_MAX):
+        Sigma_out[:, :] = Sigma_prev
+        return np.nan, n_eff
     T = np.empty((d, d))
     apply_threshold(S, gamma, threshold_diagonal, T)
     psd_floor(T, eig_floor, Sigma_out)
@@ -734,7 +1143,8 @@ def posterior_means(Ct, A, b, beta0, mean):
 def estimate_sigma2(G, b, q, n_obs, mean, sigma2_prev, sigma2_floor):
     """Pooled residual variance of the ebm paper (§4.3) with the spec's guards.
 
-    Σ_j RSS_j / max(Σ_j T_j − d − 1, 1); the previous value is kept until Σ_j T_j ≥ d + 2.
+    Σ_j RSS_j / max(Σ_j T_j − d − 1, 1); the previous value is kept until Σ_j T_j ≥ d + 2, and
+    when the value is beyond ``SIGMA2_MAX`` (or overflowed).
     """
     d = b.shape[1]
     total_n = 0
@@ -744,6 +1154,8 @@ def estimate_sigma2(G, b, q, n_obs, mean, sigma2_prev, sigma2_floor):
         return sigma2_prev
     rss = residual_sum_of_squares(G, b, q, mean)
     val = rss / max(total_n - d - 1, 1)
+    if not val <= SIGMA2_MAX:  # overflow (huge rewards against tiny contexts): not estimable
+        return sigma2_prev
     return max(val, sigma2_floor)
 
 

@@ -44,7 +44,7 @@ import xarray as xr
 from numba import njit
 
 from .._validation import check_index, check_positive_int, check_scalar, check_vector
-from .ridge import RidgeStats, ridge_add, sherman_morrison_add, solve_unit
+from .ridge import SM_LIMIT, RidgeStats, ridge_add, sherman_morrison_step, solve_unit
 
 __all__ = ["ClusterStats", "confidence_F"]
 
@@ -186,7 +186,8 @@ def cs_add(U, C, L, reg, user_every, cluster_every, u, x, y):
     if cluster_every > 0 and since[c] >= cluster_every:
         cs_recompute_cluster(U, C, L, reg, c)
         return
-    sherman_morrison_add(cAinv, cb, ctheta, c, x)
+    if not sherman_morrison_step(cAinv, cb, ctheta, c, x, SM_LIMIT):
+        solve_unit(cG, cb, reg, cAinv, ctheta, c)
 
 
 @njit(**_JIT)

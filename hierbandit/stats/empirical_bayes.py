@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._validation import as_generator, check_covariance, check_scalar
+from .._validation import as_generator, check_covariance, check_scalar, check_variance
 from . import _kernels as K
 from .hierarchical import HierarchicalPosterior, _posterior_from_stats, shared_prior_arrays
 
@@ -55,7 +55,8 @@ class EBOptions:
     eig_floor : float
         Eigenvalue floor of the positive semi-definite projection of Σ̂.
     sigma2_floor : float
-        Floor of σ̂².
+        Floor of σ̂², in [1e-100, 1e100] (``hierbandit._validation.MIN_VARIANCE``,
+        ``MAX_VARIANCE``).
     min_instances_for_sigma : int
         Minimum number of instances with full-rank data before Σ̂ is estimated.
     eb_iters : int
@@ -106,7 +107,7 @@ class EBOptions:
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         check_scalar(self.eig_floor, "eig_floor", low=0.0)
-        check_scalar(self.sigma2_floor, "sigma2_floor", low=0.0, low_inclusive=False)
+        check_variance(self.sigma2_floor, "sigma2_floor")
         check_scalar(self.ols_ridge, "ols_ridge", low=0.0)
         check_scalar(self.rank_tol, "rank_tol", low=0.0)
         object.__setattr__(

@@ -113,7 +113,9 @@ def _posterior_from_stats(
     ok = K.arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
     w = np.linalg.eigvalsh(P) if np.all(np.isfinite(P)) else np.array([np.nan])
     identified = bool(np.all(np.isfinite(w)) and w[0] > 1e-12 * max(float(np.abs(w).max()), 1e-300))
-    if not ok or not identified or not np.all(np.isfinite(Phi)):
+    # the fallback inverse of P (ok False) only matters when the prior itself may be improper
+    flat = shared_prior is None and lam <= 0
+    if not np.all(np.isfinite(Phi)) or (flat and (not ok or not identified)):
         raise ValueError(
             "the shared-mean posterior is improper: with lam=0 the data must identify the shared "
             "mean (pooled information matrix singular); use lam > 0"
@@ -271,7 +273,7 @@ class IncrementalHierarchicalPosterior:
         j = check_index(instance, self.n_instances, "instance")
         x = check_vector(x, self.n_features, "x")
         y = check_scalar(y, "y")
-        K.rank_one_update(
+        exact = K.rank_one_update(
             x,
             y,
             self.G[j],
@@ -286,7 +288,8 @@ class IncrementalHierarchicalPosterior:
         )
         self.n_added += 1
         self._since_recompute += 1
-        if self.recompute_every and self._since_recompute >= self.recompute_every:
+        # an ill-conditioned step updated only (G, b): recompute from them
+        if not exact or (self.recompute_every and self._since_recompute >= self.recompute_every):
             self.recompute()
 
     def posterior(self) -> HierarchicalPosterior:

@@ -33,6 +33,7 @@ import scipy.linalg
 from scipy.special import expit
 
 from .._validation import check_choice, check_scalar
+from . import _kernels as _K
 
 __all__ = [
     "UPDATES",
@@ -50,6 +51,7 @@ __all__ = [
     "penalized_map",
     "predictive_click_probability",
     "sigmoid",
+    "spd_factor",
 ]
 
 #: parameter-update rules of the cascading policies (spec §3.6)
@@ -168,10 +170,37 @@ def joint_quadform(X: Any, S: Any, n_arms: int) -> np.ndarray:
     return out
 
 
-def _solve_spd(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Solve ``A x = rhs`` for symmetric positive definite ``A`` (batched over leading dims)."""
+def spd_factor(A: np.ndarray, floor: float | None = None) -> np.ndarray:
+    """Lower Cholesky factor (for :func:`scipy.linalg.cho_solve` with ``lower=True``) of a
+    symmetric matrix that is positive definite in exact arithmetic, with A ⪰ ``floor``·I.
+
+    LAPACK's factorisation is used when it succeeds. When rounding has made ``A`` numerically
+    indefinite (a regulariser below the resolution of huge data), every pivot is floored at
+    ``floor`` instead (:func:`~hierbandit.stats._kernels.cholesky_floored`): each exact pivot
+    is a Schur complement of ``A`` and so at least ``floor``. Without ``floor`` the floor is
+    p·ε·max diag(A), the resolution of float64. The result is always a finite factor of a
+    positive definite matrix (for finite ``A``).
+    """
+    try:
+        return scipy.linalg.cho_factor(A, lower=True, check_finite=False)[0]
+    except np.linalg.LinAlgError:
+        pass
+    p = A.shape[0]
+    top = float(np.max(np.abs(np.diagonal(A)))) if p else 1.0
+    if floor is None or not floor > 0:
+        floor = p * np.finfo(float).eps * top
+    floor = max(float(floor), np.finfo(float).tiny)
+    L = np.empty((p, p))
+    _K.cholesky_floored(np.ascontiguousarray(0.5 * (A + A.T)), floor, L)
+    return L
+
+
+def _solve_spd(A: np.ndarray, rhs: np.ndarray, floor: float | None = None) -> np.ndarray:
+    """Solve ``A x = rhs`` for symmetric positive definite ``A`` (batched over leading dims);
+    a 2-d ``A`` is factorised by :func:`spd_factor` (so a numerically singular ``A`` ⪰
+    ``floor``·I is still solved)."""
     if A.ndim == 2:
-        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, check_finite=False), rhs)
+        return scipy.linalg.cho_solve((spd_factor(A, floor), True), rhs, check_finite=False)
     return np.linalg.solve(A, rhs[..., None])[..., 0]
 
 
@@ -318,6 +347,8 @@ def penalized_map(
         dev = th - m
         return logistic_loglik(th, Z, y) - 0.5 * np.einsum("...p,...pq,...q->...", dev, P, dev)
 
+    # H ⪰ P: the floor of a factorisation that rounding defeats (huge rows)
+    floor = float(np.linalg.eigvalsh(0.5 * (P + P.T))[0]) if P.ndim == 2 else None
     converged = False
     n_iter = 0
     obj = objective(theta)
@@ -328,7 +359,7 @@ def penalized_map(
         grad = np.einsum("...np,...n->...p", Z, y - prob) - np.einsum(
             "...pq,...q->...p", P, theta - m
         )
-        step = _solve_spd(H, grad)
+        step = _solve_spd(H, grad, floor)
         new = theta + step
         new_obj = objective(new)
         # step halving where the full step would decrease the objective (rare; far from the mode)
@@ -534,20 +565,32 @@ class OnlineLogistic:
         return self._Z[:n], self._y[:n]
 
     # ------------------------------------------------------------------ update
+    def _floor(self) -> float:
+        """λ_min of the prior precision: A ⪰ it always (the floor of :func:`spd_factor`)."""
+        return float(np.linalg.eigvalsh(self.prior_precision)[0])
+
+    def _factor(self, A: np.ndarray) -> np.ndarray:
+        try:
+            return scipy.linalg.cho_factor(A, lower=True, check_finite=False)[0]
+        except np.linalg.LinAlgError:
+            return spd_factor(A, self._floor())
+
     def update(self, Z: np.ndarray, y: np.ndarray) -> None:
-        """Add one episode's batch of displayed pulls (rows ``Z (n, p)``, clicks ``y (n,)``)."""
+        """Add one episode's batch of displayed pulls (rows ``Z (n, p)``, clicks ``y (n,)``).
+
+        The new state is computed in temporaries and committed only when complete: a
+        ``ValueError`` (naming ``contexts``, whose magnitude is the only way to get there)
+        leaves the estimator unchanged. The information matrix is factorised by
+        :func:`spd_factor` with the prior precision's smallest eigenvalue as the floor, so a
+        regulariser hidden by rounding never makes the factorisation fail.
+        """
         n = Z.shape[0]
         if n == 0:
             return
         rule = self.update_rule
-        if rule == "newton1":
-            self.theta, self.A = newton_update(self.theta, self.A, Z, y)
-            self.b = self.A @ self.theta
-        elif rule == "paper_literal":
-            self.theta, self.A, self.b = literal_update(self.theta, self.A, self.b, Z, y)
-        else:
-            self._append(Z, y)
-            Zall, yall = self._Z[: self.n_obs + n], self._y[: self.n_obs + n]
+        if rule == "batch_map":
+            Zall = np.concatenate([self._Z[: self.n_obs], Z])
+            yall = np.concatenate([self._y[: self.n_obs], y])
             res = penalized_map(
                 Zall,
                 yall,
@@ -557,11 +600,38 @@ class OnlineLogistic:
                 tol=self.tol,
                 max_iter=self.max_iter,
             )
-            self.theta, self.A = res.theta, res.hessian
-            self.b = self.A @ self.theta
-        self.A = 0.5 * (self.A + self.A.T)
+            theta, A = res.theta, res.hessian
+            A = 0.5 * (A + A.T)
+            chol = self._factor(A)
+            b = A @ theta
+        else:
+            p_hat = expit(Z @ self.theta)
+            w = p_hat * (1.0 - p_hat)
+            A = self.A + Z.T @ (w[:, None] * Z)
+            A = 0.5 * (A + A.T)
+            chol = self._factor(A)
+            if rule == "newton1":
+                grad = Z.T @ (y - p_hat)
+                theta = self.theta + scipy.linalg.cho_solve((chol, True), grad, check_finite=False)
+                b = A @ theta
+            else:  # paper_literal
+                b = self.b + Z.T @ (y - p_hat)
+                theta = scipy.linalg.cho_solve((chol, True), b, check_finite=False)
+        if not (
+            np.all(np.isfinite(theta))
+            and np.all(np.isfinite(A))
+            and np.all(np.isfinite(b))
+            and np.all(np.isfinite(chol))
+        ):
+            raise ValueError(
+                "contexts: the episode's rows overflow the logistic estimator in float64 "
+                "(rescale the features); the policy is unchanged"
+            )
+        if rule == "batch_map":
+            self._append(Z, y)
+        self.theta, self.A, self.b = theta, A, b
         self.n_obs += n
-        self._chol = scipy.linalg.cho_factor(self.A, lower=True, check_finite=False)[0]
+        self._chol = chol
         self._cov = None
 
     def _append(self, Z: np.ndarray, y: np.ndarray) -> None:

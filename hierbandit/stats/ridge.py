@@ -32,10 +32,18 @@ import numpy as np
 from numba import njit
 
 from .._validation import check_index, check_positive_int, check_scalar, check_vector
-from ._kernels import cholesky_lower, cholesky_solve, full_rank_cholesky, spd_inverse
+from ._kernels import (
+    SM_LIMIT,
+    cholesky_lower,
+    cholesky_solve,
+    full_rank_cholesky,
+    psd_inverse_floor,
+    spd_inverse_floor,
+    spd_inverse_floor_into,
+)
 from .suffstats import check_regression_data
 
-__all__ = ["OLS_RANK_TOL", "OLSStats", "RidgeStats", "ols_solve"]
+__all__ = ["OLS_RANK_TOL", "SM_LIMIT", "OLSStats", "RidgeStats", "ols_solve"]
 
 _JIT = {"cache": True, "nogil": True}
 
@@ -50,8 +58,22 @@ OLS_RANK_TOL = 1e-10
 def sherman_morrison_add(Ainv, b, theta, u, x):
     """A⁻¹ ← (A + xxᵀ)⁻¹ by Sherman–Morrison and θ = A⁻¹b for unit ``u`` (``b`` already holds
     the new row). The upper triangle is updated and mirrored, so A⁻¹ stays exactly symmetric.
+    O(d²). Always applies the step; :func:`sherman_morrison_step` refuses an ill-conditioned
+    one, which callers that can refactorise use instead."""
+    sherman_morrison_step(Ainv, b, theta, u, x, np.inf)
+
+
+@njit(**_JIT)
+def sherman_morrison_step(Ainv, b, theta, u, x, limit):
+    """The Sherman–Morrison step of :func:`sherman_morrison_add` when it is well conditioned.
+
+    With s = 1 + xᵀA⁻¹x the step subtracts (A⁻¹x)(A⁻¹x)ᵀ/s, which cancels all but a fraction
+    1/s of A⁻¹ along x: its relative rounding error there is about ε·s. When s is above
+    ``limit`` (or not a number ≥ 1/2, which a positive definite A⁻¹ cannot give) nothing is
+    changed and False is returned; the caller then recomputes the unit exactly (Cholesky).
     Shared by the per-unit statistics here and the cluster statistics of
-    :mod:`hierbandit.stats.cluster_stats`. O(d²)."""
+    :mod:`hierbandit.stats.cluster_stats`.
+    """
     d = x.shape[0]
     Ax = np.empty(d)
     s = 1.0
@@ -61,6 +83,8 @@ def sherman_morrison_add(Ainv, b, theta, u, x):
             t += Ainv[u, i, k] * x[k]
         Ax[i] = t
         s += x[i] * t
+    if not (0.5 <= s <= limit):
+        return False
     for i in range(d):
         ci = Ax[i] / s
         for k in range(i, d):
@@ -68,18 +92,26 @@ def sherman_morrison_add(Ainv, b, theta, u, x):
             Ainv[u, i, k] = v
             Ainv[u, k, i] = v
     theta_unit(Ainv, b, theta, u)
+    return True
 
 
 @njit(**_JIT)
 def solve_unit(G, b, reg, Ainv, theta, u):
-    """Exact A⁻¹ = (reg·I + G)⁻¹ and θ = A⁻¹b for unit ``u`` (Cholesky)."""
+    """Exact A⁻¹ = (reg·I + G)⁻¹ and θ = A⁻¹b for unit ``u`` (Cholesky).
+
+    When rounding has made reg·I + G numerically singular (features so large that reg is below
+    the resolution of G in some direction), the inverse comes from the eigendecomposition of
+    the diagonally scaled A with its eigenvalues floored at the bound reg·I ⪯ A gives
+    (:func:`~hierbandit.stats._kernels.psd_inverse_floor`), so it is always symmetric
+    positive definite.
+    """
     d = b.shape[1]
     A = np.empty((d, d))
     for i in range(d):
         for k in range(d):
             A[i, k] = 0.5 * (G[u, i, k] + G[u, k, i])
         A[i, i] += reg
-    spd_inverse(A, Ainv[u])
+    spd_inverse_floor(A, reg, Ainv[u])
     theta_unit(Ainv, b, theta, u)
 
 
@@ -98,14 +130,17 @@ def theta_unit(Ainv, b, theta, u):
 def ridge_add(G, b, q, n, Ainv, theta, reg, u, x, y, recompute_every):
     """Add the row (x, y) to unit ``u``: statistics, Sherman–Morrison on A⁻¹, then θ = A⁻¹b.
 
-    When the unit's count reaches a multiple of ``recompute_every`` (> 0) its inverse is
-    recomputed exactly instead. O(d²) otherwise.
+    When the unit's count reaches a multiple of ``recompute_every`` (> 0), or when the
+    Sherman–Morrison step is ill conditioned (1 + xᵀA⁻¹x > ``SM_LIMIT``: a row that is large
+    against what the unit knows, typically one of its first rows), its inverse is recomputed
+    exactly instead (O(d³)). O(d²) otherwise.
     """
     suff_add(G, b, q, n, u, x, y)
     if recompute_every > 0 and n[u] % recompute_every == 0:
         solve_unit(G, b, reg, Ainv, theta, u)
         return
-    sherman_morrison_add(Ainv, b, theta, u, x)
+    if not sherman_morrison_step(Ainv, b, theta, u, x, SM_LIMIT):
+        solve_unit(G, b, reg, Ainv, theta, u)
 
 
 @njit(**_JIT)
@@ -151,12 +186,34 @@ def ols_solve_unit(G, b, n, ridge, out):
     for i in range(d):
         for k in range(d):
             M[i, k] = 0.5 * (G[i, k] + G[k, i]) + (ridge if i == k else 0.0)
-    if not cholesky_lower(M, L):  # pragma: no cover - G + ridge·I is positive definite
-        for i in range(d):
-            out[i] = 0.0
+    if cholesky_lower(M, L):
+        cholesky_solve(L, b, out)
         return False
-    cholesky_solve(L, b, out)
+    # G + ridge·I is positive definite, but rounding hid the ridge (huge features): solve
+    # with the floored inverse of the scaled matrix instead
+    Minv = np.empty((d, d))
+    psd_inverse_floor(M, ridge, Minv)
+    for i in range(d):
+        t = 0.0
+        for k in range(d):
+            t += Minv[i, k] * b[k]
+        out[i] = t
     return False
+
+
+@njit(**_JIT)
+def ridge_inverse_all(G, ridge, out):
+    """(G_u + ridge·I)⁻¹ for every unit, symmetric positive definite (see :func:`solve_unit`)."""
+    U, d = G.shape[0], G.shape[1]
+    A = np.empty((d, d))
+    L = np.empty((d, d))
+    Li = np.empty((d, d))
+    for u in range(U):
+        for i in range(d):
+            for k in range(d):
+                A[i, k] = 0.5 * (G[u, i, k] + G[u, k, i])
+            A[i, i] += ridge
+        spd_inverse_floor_into(A, ridge, out[u], L, Li)
 
 
 @njit(**_JIT)
@@ -416,7 +473,9 @@ class OLSStats(_UnitStats):
 
     def cov_unscaled(self) -> np.ndarray:
         """(G + ridge·I)⁻¹ per unit, shape (n_units, d, d): the OLS covariance per unit noise."""
-        return np.linalg.inv(self.G + self.ridge * np.eye(self.n_features))
+        out = np.empty_like(self.G)
+        ridge_inverse_all(self.G, self.ridge, out)
+        return out
 
     def __repr__(self) -> str:
         return f"OLSStats(n_units={self.n_units}, n_features={self.n_features}, ridge={self.ridge})"

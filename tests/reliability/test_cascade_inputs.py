@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hierbandit._validation import MAX_FEATURE
 from hierbandit.bayes import fit_cascade_prior
 from hierbandit.bayes.cascade import read_cascade_log
 from hierbandit.envs.cascade import CascadeEnv, simulate_episode
@@ -66,6 +67,13 @@ def _trained(name):
 POLICIES = {name: _trained(name) for name in NAMES}
 
 
+def _valid_contexts(x):
+    """A finite (N, d) context array, N >= 1, within the context bound MAX_FEATURE."""
+    return valid_array(x, (None, d), min_rows=1) and (
+        np.size(x) == 0 or float(np.max(np.abs(np.asarray(x, dtype=float)))) <= MAX_FEATURE
+    )
+
+
 def _check_posterior(pol):
     post = pol.posterior()
     mean, cov = post["mean"].values, post["cov"].values
@@ -83,7 +91,7 @@ def _check_posterior(pol):
 def test_start_episode_never_corrupts(name, contexts):
     pol = copy.deepcopy(POLICIES[name])
     before = snapshot(pol)
-    valid = valid_array(contexts, (None, d), min_rows=1)
+    valid = _valid_contexts(contexts)
     check_outcome(pol, before, lambda: pol.start_episode(contexts), valid, ("contexts",))
     if valid:
         n = len(contexts)
@@ -171,11 +179,16 @@ def _corrupt(kind, X, arms, clicks):
     elif kind == "string_clicks":
         clicks = clicks.astype(str)
         names = ("clicks",)
-    elif kind in ("ctx_nan", "ctx_inf", "ctx_huge", "ctx_tiny"):
-        X[1, 0] = {"ctx_nan": np.nan, "ctx_inf": -np.inf, "ctx_huge": 1e300, "ctx_tiny": 1e-300}[
-            kind
-        ]
-        valid = kind == "ctx_tiny"
+    elif kind in ("ctx_nan", "ctx_inf", "ctx_huge", "ctx_tiny", "ctx_bound", "ctx_beyond"):
+        X[1, 0] = {
+            "ctx_nan": np.nan,
+            "ctx_inf": -np.inf,
+            "ctx_huge": 1e300,
+            "ctx_tiny": 1e-300,
+            "ctx_bound": -MAX_FEATURE,
+            "ctx_beyond": 1.001 * MAX_FEATURE,
+        }[kind]
+        valid = kind in ("ctx_tiny", "ctx_bound")
         names = ("contexts",)
     elif kind == "ctx_width":
         X = np.ones((N, d + 1))
@@ -214,6 +227,8 @@ CORRUPTIONS = [
     "ctx_inf",
     "ctx_huge",
     "ctx_tiny",
+    "ctx_bound",
+    "ctx_beyond",
     "ctx_width",
     "ctx_users",
     "arms_shape",
@@ -255,7 +270,17 @@ COMMON = {
         (np.array([1e300, 1.0, 1.0, 1.0]), False),
     ),
     "horizon": pairs((H, True), (1, True), (0, False), (2.5, False)),
-    "lam": pairs((1.0, True), (1e-6, True), (0.0, False), (np.inf, False), ("1", False)),
+    "lam": pairs(
+        (1.0, True),
+        (1e-6, True),
+        (1e6, True),
+        (1e-7, False),
+        (1e7, False),
+        (0.0, False),
+        (np.inf, False),
+        (10**400, False),
+        ("1", False),
+    ),
     "prior": pairs(
         (None, True),
         ((np.zeros(p), np.eye(p)), True),
@@ -296,7 +321,9 @@ EXTRA = {
         "tie_break": LOGISTIC["tie_break"],
     },
     "CascadeLinTS": {
-        "sigma": pairs((0.0, True), (0.5, True), (-0.5, False), (None, False)),
+        "sigma": pairs(
+            (0.0, True), (0.5, True), (1e6, True), (1e7, False), (-0.5, False), (None, False)
+        ),
         "slate": pairs(("rank", True), ("plan", True), ("x", False)),
         "tie_break": LOGISTIC["tie_break"],
     },

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hierbandit._validation import MAX_FEATURE
 from hierbandit.policies.clustering import CLUB, SCLUB, LinUCBInd, LinUCBOne
 from tests.conftest import snapshot
 
@@ -33,6 +34,16 @@ from ._common import (
 
 U, d = 5, 3
 CLASSES = [SCLUB, CLUB, LinUCBOne, LinUCBInd]
+
+#: rewards, plus Python integers beyond the float range
+big_rewards = st.one_of(rewards, st.sampled_from([10**400, -(10**400)]))
+
+
+def valid_features(x, shape, *, min_rows=0):
+    """A finite item array of ``shape`` within the feature bound MAX_FEATURE."""
+    return valid_array(x, shape, min_rows=min_rows) and (
+        np.size(x) == 0 or float(np.max(np.abs(np.asarray(x, dtype=float)))) <= MAX_FEATURE
+    )
 
 
 def _trained(cls, **kw):
@@ -70,7 +81,7 @@ def _check_valid_state(policy):
 def test_select_never_corrupts(name, user, items):
     policy = POLICIES[name]
     before = snapshot(policy)
-    valid = valid_id(user, U) and valid_array(items, (None, d), min_rows=1)
+    valid = valid_id(user, U) and valid_features(items, (None, d), min_rows=1)
     k = check_outcome(policy, before, lambda: policy.select(user, items), valid, ("user", "items"))
     if valid:
         assert isinstance(k, int) and 0 <= k < len(items)
@@ -78,11 +89,16 @@ def test_select_never_corrupts(name, user, items):
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
 @SETTINGS
-@given(user=index(U), x=vectors(d), reward=rewards)
+@given(user=index(U), x=vectors(d), reward=big_rewards)
 def test_update_never_corrupts(name, user, x, reward):
     policy = POLICIES[name]
     before = snapshot(policy)
-    valid = valid_id(user, U) and valid_array(x, (d,)) and valid_real(reward)
+    valid = (
+        valid_id(user, U)
+        and valid_features(x, (d,))
+        and not (isinstance(reward, int) and abs(reward) > 1e308)
+        and valid_real(reward)
+    )
     names = ("user", "item_features", "reward")
     if not valid:
         check_outcome(policy, before, lambda: policy.update(user, x, reward), False, names)
@@ -126,7 +142,7 @@ def test_run_never_corrupts(name, users, item_value, L, width, noise_value, bern
         ok_users
         and width == d
         and L >= 1
-        and valid_array(items, (T, L, d))
+        and valid_features(items, (T, L, d))
         and (T == 0 or valid_real(noise_value))
         and isinstance(bernoulli, bool)
     )
@@ -166,8 +182,11 @@ COMMON = {
     "bonus": pairs(("sqrt", True), ("no_sqrt", True), ("root", False), (None, False)),
     "reg": pairs(
         (1.0, True),
-        (1e-8, True),
+        (1e-6, True),
         (1e6, True),
+        (1e-8, False),
+        (1e7, False),
+        (10**400, False),
         (0.0, False),
         (-1.0, False),
         (np.nan, False),

@@ -1,6 +1,7 @@
 """Long-run numerical stability with ill-conditioned contexts.
 
-Contexts have near-collinear features and feature scales from 1e-6 to 1e6. After many updates
+Contexts have near-collinear features and feature scales from 1e-6 to the largest accepted
+context magnitude (``MAX_FEATURE`` = 1e6, reached by the last feature). After many updates
 every stored covariance must stay symmetric positive definite, and the incremental state must
 match a batch recomputation from the same data:
 
@@ -25,25 +26,48 @@ logistic information matrix) are checked in the same way:
   ≤ 1e-12·p), and the covariance A⁻¹ exactly symmetric, positive definite and within 1e-6
   (scaled) of the inverse of the batch A.
 
-The default suite runs 20,000 updates (10,000 UCBBP episodes); ``-m slow`` runs 10⁶
-(docs/reliability.md).
+Every test runs on two streams: the plain one, and one that opens with rows holding a single
+feature at ±(0.5…1)·MAX_FEATURE (Sherman–Morrison steps with 1 + xᵀA⁻¹x up to 1e12, which the
+statistics must refactorise instead). The default suite runs 20,000 updates (10,000 UCBBP
+episodes); ``-m slow`` runs 10⁶ (docs/reliability.md).
 """
 
 import numpy as np
 import pytest
 
+from hierbandit._validation import MAX_FEATURE
 from hierbandit.policies import EbmTS, LinUCB
 from hierbandit.stats import posterior_given_hyper, suffstats
 
 N, K = 3, 2
-SCALES = np.array([1e-6, 1e-6, 1.0, 1e6])
+#: feature scales; the largest is the largest accepted context magnitude
+SCALES = np.array([1e-6, 1e-6, 1.0, MAX_FEATURE])
 d = SCALES.size
 
 
-def _contexts(T, g):
+def _contexts(T, g, lead=0):
+    """Rows z·SCALES with z a standard normal truncated to ±3 and divided by 3, so that the
+    last feature spans the whole accepted range [−MAX_FEATURE, MAX_FEATURE].
+
+    The first ``lead`` rows instead carry the last feature alone at ±(0.5…1)·MAX_FEATURE (a
+    raw count): each is a Sherman–Morrison step with 1 + xᵀA⁻¹x up to 1e12 for a fresh unit.
+    """
     z = g.normal(size=(T, d))
-    z[:, 1] = z[:, 0] + 1e-4 * z[:, 1]  # near-collinear pair
+    out = np.abs(z) > 3.0
+    while out.any():
+        z[out] = g.normal(size=int(out.sum()))
+        out = np.abs(z) > 3.0
+    z /= 3.0
+    z[:, 1] = (z[:, 0] + 1e-4 * z[:, 1]) / (1.0 + 1e-4)  # near-collinear pair, still in ±1
+    n = min(lead, T)
+    z[:n, :-1] = 0.0
+    z[:n, -1] = g.choice([-1.0, 1.0], n) * g.uniform(0.5, 1.0, n)
     return z * SCALES
+
+
+#: the parameter cases of every stability test: the plain stream, and one that opens with rows
+#: holding a single feature at the largest accepted magnitude
+LEADS = pytest.mark.parametrize("lead", [0, 40], ids=["scale", "bound_first"])
 
 
 def _scaled_rel_err(got, want, A):
@@ -51,6 +75,13 @@ def _scaled_rel_err(got, want, A):
     num = np.linalg.norm(D[:, None] * (got - want) * D[None, :])
     den = np.linalg.norm(D[:, None] * want * D[None, :])
     return num / den
+
+
+def _inv(A):
+    """A⁻¹ of a symmetric positive definite A through its diagonally scaled form (the batch
+    reference: accurate for graded matrices, whatever the feature scales)."""
+    D = 1 / np.sqrt(np.diag(A))
+    return D[:, None] * np.linalg.inv(D[:, None] * A * D[None, :]) * D[None, :]
 
 
 def _is_spd(M):
@@ -64,16 +95,16 @@ def _is_spd(M):
     return True
 
 
-def _stream(T, seed):
+def _stream(T, seed, lead=0):
     g = np.random.default_rng(seed)
-    X = _contexts(T, g)
+    X = _contexts(T, g, lead)
     J = g.integers(0, N, T)
     beta = g.normal(size=(K, N, d)) / SCALES
     return X, J, beta, g
 
 
-def _run_linucb(T):
-    X, J, beta, g = _stream(T, 0)
+def _run_linucb(T, lead=0):
+    X, J, beta, g = _stream(T, 0, lead)
     policy = LinUCB(N, K, d, rng=0)
     arms = np.empty(T, dtype=int)
     Y = np.empty(T)
@@ -82,6 +113,12 @@ def _run_linucb(T):
         y = X[t] @ beta[k, J[t]] + g.normal()
         policy._update(int(J[t]), X[t], k, y)
         arms[t], Y[t] = k, y
+        if t + 1 == lead:  # right after the rows at the bound, before later rows dilute them
+            _check_linucb(policy, X[:lead], J[:lead], arms[:lead], Y[:lead])
+    _check_linucb(policy, X, J, arms, Y)
+
+
+def _check_linucb(policy, X, J, arms, Y):
     stats = policy.stats
     for j in range(N):
         for k in range(K):
@@ -94,17 +131,17 @@ def _run_linucb(T):
                 assert np.linalg.norm(stats.G[u] - G) <= 1e-9 * np.linalg.norm(G)
                 assert np.linalg.norm(stats.b[u] - b) <= 1e-9 * np.linalg.norm(b) + 1e-300
             A = np.eye(d) + G
-            Ainv = np.linalg.inv(A)
+            Ainv = _inv(A)
             assert _is_spd(stats.Ainv[u])
             assert _scaled_rel_err(stats.Ainv[u], Ainv, A) <= 1e-6
             if rows.sum():
-                theta = np.linalg.solve(A, b)
+                theta = Ainv @ b
                 pred, ref = Xr @ stats.theta[u], Xr @ theta
                 assert np.max(np.abs(pred - ref)) <= 1e-6 * (np.max(np.abs(ref)) + 1.0)
 
 
-def _run_ebm(T):
-    X, J, beta, g = _stream(T, 1)
+def _run_ebm(T, lead=0):
+    X, J, beta, g = _stream(T, 1, lead)
     policy = EbmTS(N, K, d, rng=0, hyper_update_every=50)
     arms = np.empty(T, dtype=int)
     Y = np.empty(T)
@@ -113,6 +150,12 @@ def _run_ebm(T):
         y = X[t] @ beta[k, J[t]] + g.normal()
         policy._update(int(J[t]), X[t], k, y)
         arms[t], Y[t] = k, y
+        if t + 1 == lead:
+            _check_ebm(policy, X[:lead], J[:lead], arms[:lead], Y[:lead])
+    _check_ebm(policy, X, J, arms, Y)
+
+
+def _check_ebm(policy, X, J, arms, Y):
     post = policy.posterior()
     for k in range(K):
         rows = arms == k
@@ -135,22 +178,26 @@ def _run_ebm(T):
                 assert err <= 1e-6 * (np.max(np.abs(Xk @ mr)) + 1.0)
 
 
-def test_linucb_stable_short():
-    _run_linucb(20_000)
+@LEADS
+def test_linucb_stable_short(lead):
+    _run_linucb(20_000, lead)
 
 
-def test_ebmts_stable_short():
-    _run_ebm(20_000)
-
-
-@pytest.mark.slow
-def test_linucb_stable_million():
-    _run_linucb(1_000_000)
+@LEADS
+def test_ebmts_stable_short(lead):
+    _run_ebm(20_000, lead)
 
 
 @pytest.mark.slow
-def test_ebmts_stable_million():
-    _run_ebm(1_000_000)
+@LEADS
+def test_linucb_stable_million(lead):
+    _run_linucb(1_000_000, lead)
+
+
+@pytest.mark.slow
+@LEADS
+def test_ebmts_stable_million(lead):
+    _run_ebm(1_000_000, lead)
 
 
 # ---------------------------------------------------------------------- SCLUB
@@ -158,16 +205,17 @@ def test_ebmts_stable_million():
 U_SCLUB, L_ITEMS = 6, 5
 
 
-def _sclub_stream(T, g, theta):
-    """Rounds of ill-conditioned candidate items with Gaussian rewards for the compiled loop."""
+def _sclub_stream(T, g, theta, lead=0):
+    """Rounds of ill-conditioned candidate items with Gaussian rewards for the compiled loop
+    (the first ``lead`` rounds offer only single-feature items at the bound)."""
     users = g.integers(0, U_SCLUB, T)
-    items = _contexts(T * L_ITEMS, g).reshape(T, L_ITEMS, d)
+    items = _contexts(T * L_ITEMS, g, lead * L_ITEMS).reshape(T, L_ITEMS, d)
     means = np.einsum("tld,td->tl", items, theta[users])
     noise = g.normal(size=T)
     return users, items, means, noise
 
 
-def _run_sclub(T, chunk=50_000):
+def _run_sclub(T, lead=0, chunk=50_000):
     from hierbandit.policies.clustering import SCLUB
 
     g = np.random.default_rng(2)
@@ -178,8 +226,12 @@ def _run_sclub(T, chunk=50_000):
     b = np.zeros((U_SCLUB, d))
     n = np.zeros(U_SCLUB, dtype=np.int64)
     n_splits = n_merges = 0
-    for start in range(0, T, chunk):
-        users, items, means, noise = _sclub_stream(min(chunk, T - start), g, theta)
+    # the rounds at the bound form a block of their own, checked on its own
+    blocks = ([lead] if lead else []) + [chunk] * -(-(T - lead) // chunk)
+    start = 0
+    for size in blocks:
+        size = min(size, T - start)
+        users, items, means, noise = _sclub_stream(size, g, theta, lead if start == 0 else 0)
         choices, ncl = policy.run(users, items, means, noise, bernoulli=False)
         X = items[np.arange(users.size), choices]
         y = means[np.arange(users.size), choices] + noise
@@ -191,16 +243,26 @@ def _run_sclub(T, chunk=50_000):
             n[u] += rows.sum()
         n_splits += int(np.sum(np.diff(ncl) > 0))
         n_merges += int(np.sum(np.diff(ncl) < 0))
+        start += size
+        if start == lead:
+            _check_sclub(policy, G, b, n)
     assert policy.t == T
+    _check_sclub(policy, G, b, n)
+    return n_splits, n_merges
+
+
+def _check_sclub(policy, G, b, n):
+    """User and cluster statistics of ``policy`` against the batch sums ``G``, ``b``, ``n``."""
     us = policy.stats.users
     np.testing.assert_array_equal(us.n, n)
     reg = policy.reg
     for u in range(U_SCLUB):
-        assert np.linalg.norm(us.G[u] - G[u]) <= 1e-9 * np.linalg.norm(G[u])
-        assert np.linalg.norm(us.b[u] - b[u]) <= 1e-9 * np.linalg.norm(b[u])
+        if n[u]:
+            assert np.linalg.norm(us.G[u] - G[u]) <= 1e-9 * np.linalg.norm(G[u])
+            assert np.linalg.norm(us.b[u] - b[u]) <= 1e-9 * np.linalg.norm(b[u])
         A = reg * np.eye(d) + G[u]
         assert _is_spd(us.Ainv[u])
-        assert _scaled_rel_err(us.Ainv[u], np.linalg.inv(A), A) <= 1e-6
+        assert _scaled_rel_err(us.Ainv[u], _inv(A), A) <= 1e-6
     cs = policy.stats
     live = np.flatnonzero(cs.size > 0)
     assert live.size == policy.n_clusters and cs.size[live].sum() == U_SCLUB
@@ -215,12 +277,11 @@ def _run_sclub(T, chunk=50_000):
         # ... and the cluster inverse matches the batch inverse of reg·I + Σ G_i
         Ac = reg * np.eye(d) + G[members].sum(0)
         assert _is_spd(cs.Ainv[c])
-        assert _scaled_rel_err(cs.Ainv[c], np.linalg.inv(Ac), Ac) <= 1e-6
-        theta_c = np.linalg.solve(Ac, b[members].sum(0))
+        assert _scaled_rel_err(cs.Ainv[c], _inv(Ac), Ac) <= 1e-6
+        theta_c = _inv(Ac) @ b[members].sum(0)
         Xc = _contexts(200, np.random.default_rng(9))
         pred, ref = Xc @ cs.theta[c], Xc @ theta_c
         assert np.max(np.abs(pred - ref)) <= 1e-6 * (np.max(np.abs(ref)) + 1.0)
-    return n_splits, n_merges
 
 
 # ---------------------------------------------------------------------- UCBBP
@@ -228,7 +289,7 @@ def _run_sclub(T, chunk=50_000):
 N_USERS, H_STEPS, K_ARMS = 2, 2, 3
 
 
-def _run_ucbbp(T, chunk=20_000):
+def _run_ucbbp(T, lead=0, chunk=20_000):
     from scipy.special import expit
 
     from hierbandit.envs.cascade import simulate_episode
@@ -243,7 +304,7 @@ def _run_ucbbp(T, chunk=20_000):
     A_batch = policy.lam * np.eye(p)
     Zs, Ws = [], []
     for t in range(T):
-        X = _contexts(N_USERS, g)
+        X = _contexts(N_USERS, g, N_USERS if t < lead else 0)
         probs = expit((X @ theta_true[:d])[:, None] + theta_true[d:])
         policy._start(X)
         arms, clicks = simulate_episode(probs, g.random((N_USERS, H_STEPS)), policy._select)
@@ -257,11 +318,18 @@ def _run_ucbbp(T, chunk=20_000):
         Zs.append(Z)
         Ws.append(ph * (1.0 - ph))
         policy._update(X, arms, clicks)
-        if len(Zs) == chunk or t == T - 1:
+        if len(Zs) == chunk or t == T - 1 or t + 1 == lead:
             Zc, wc = np.concatenate(Zs), np.concatenate(Ws)
             A_batch += Zc.T @ (wc[:, None] * Zc)
             Zs, Ws = [], []
+        if t + 1 == lead:
+            _check_ucbbp(policy, A_batch)
     assert policy.t == T
+    _check_ucbbp(policy, A_batch)
+
+
+def _check_ucbbp(policy, A_batch):
+    est, p = policy.estimator, policy.n_params
     A = est.A
     assert np.all(np.isfinite(A)) and np.all(np.isfinite(est.theta))
     assert np.array_equal(A, A.T)
@@ -275,25 +343,29 @@ def _run_ucbbp(T, chunk=20_000):
     # the covariance A⁻¹ is symmetric positive definite and matches the batch inverse
     cov = est.cov
     assert _is_spd(cov) and _is_spd(A)
-    assert _scaled_rel_err(cov, np.linalg.inv(A_batch), A_batch) <= 1e-6
+    assert _scaled_rel_err(cov, _inv(A_batch), A_batch) <= 1e-6
     post = policy.posterior()
     assert np.all(np.isfinite(post["mean"].values)) and np.all(np.isfinite(post["cov"].values))
 
 
-def test_sclub_stable_short():
-    n_splits, _ = _run_sclub(20_000)
+@LEADS
+def test_sclub_stable_short(lead):
+    n_splits, _ = _run_sclub(20_000, lead)
     assert n_splits > 0  # the check covers clusters created by splits
 
 
-def test_ucbbp_stable_short():
-    _run_ucbbp(10_000)
+@LEADS
+def test_ucbbp_stable_short(lead):
+    _run_ucbbp(10_000, lead)
 
 
 @pytest.mark.slow
-def test_sclub_stable_million():
-    _run_sclub(1_000_000)
+@LEADS
+def test_sclub_stable_million(lead):
+    _run_sclub(1_000_000, lead)
 
 
 @pytest.mark.slow
-def test_ucbbp_stable_million():
-    _run_ucbbp(1_000_000)
+@LEADS
+def test_ucbbp_stable_million(lead):
+    _run_ucbbp(1_000_000, lead)
