@@ -162,23 +162,23 @@ def spd_inverse_floor(P, floor, out):
 def psd_inverse_floor(P, floor, out):
     """Inverse of a symmetric matrix that is positive definite in exact arithmetic, computed
     from the eigendecomposition of its diagonally scaled form; always symmetric positive
-    definite.
+    definite. Used when the Cholesky factorisation fails: rounding has then made P singular or
+    indefinite in some directions.
 
-    With D = diag(P)^{-1/2} and B = D P D (unit diagonal), the eigenvalues of B are clipped
-    from below at floor·min(D²) when ``floor > 0`` (a valid lower bound when P ⪰ floor·I,
-    e.g. P = reg·I + G with G positive semi-definite), otherwise at d·ε·max|λ(B)| (the
-    resolution of float64), and P⁻¹ = D B⁻¹ D. Used when the Cholesky factorisation fails:
-    rounding has then made P indefinite or singular, and the clipped eigenvalues are those
-    float64 cannot resolve. O(d³).
+    With D = diag(P)^{-1/2}, B = D P D (unit diagonal) = V diag(w) Vᵀ and P⁻¹ = D B⁻¹ D. An
+    eigenvalue within float64's resolution of B (|w| ≤ 4dε·max|w|) is rounding noise. With
+    ``floor > 0`` (P ⪰ floor·I, e.g. P = reg·I + G with G positive semi-definite) the
+    eigenvalue along v is at least floor·vᵀD²v (as B ⪰ floor·D²): a noise eigenvalue is
+    replaced by that bound and every other one is kept above it, so the variance along a
+    direction float64 cannot resolve is the one the regulariser alone gives (exact when the
+    data carry no information there, larger than exact otherwise). Without it, noise
+    eigenvalues are set to the resolution 4dε·max|w|. O(d³).
     """
     d = P.shape[0]
     D = np.empty(d)
-    dmin = np.inf
     for i in range(d):
         p = P[i, i]
         D[i] = 1.0 / np.sqrt(p) if p > 0.0 else 1.0
-        if D[i] * D[i] < dmin:
-            dmin = D[i] * D[i]
     B = np.empty((d, d))
     for i in range(d):
         for k in range(d):
@@ -188,11 +188,21 @@ def psd_inverse_floor(P, floor, out):
     for i in range(d):
         if abs(w[i]) > top:
             top = abs(w[i])
-    lo = floor * dmin if floor > 0.0 else d * 2.220446049250313e-16 * top
-    if not lo > 0.0:
-        lo = 1e-300
+    noise = 4.0 * d * 2.220446049250313e-16 * top
+    if not noise > 0.0:
+        noise = 1e-300
     for i in range(d):
-        w[i] = 1.0 / (w[i] if w[i] > lo else lo)
+        if floor > 0.0:
+            lo = 0.0
+            for k in range(d):
+                lo += V[k, i] * V[k, i] * D[k] * D[k]
+            lo *= floor
+            if not lo > 0.0:
+                lo = 1e-300
+            wi = lo if w[i] <= noise else max(w[i], lo)
+        else:
+            wi = max(w[i], noise)
+        w[i] = 1.0 / wi
     for i in range(d):
         for k in range(i + 1):
             s = 0.0
