@@ -43,17 +43,20 @@ MAX_ABS = 1e100
 #: Largest magnitude of a context (feature) value accepted by the online policies (the six
 #: ``Policy`` classes, the cascade and the clustering policies). Their posterior covariances
 #: are inverses of regulariser + Σ x xᵀ, whose regulariser float64 resolves only while |x|² is
-#: small against regulariser/ε: measured on adversarial rows (several features at the bound
-#: at once) with the default regularisation, every policy's covariance keeps at least two
-#: significant digits up to 1e6 (at most 4e-2 scaled error, 3e-4 for the ridge and cascade
-#: policies), loses them by 1e7 and is meaningless at 1e8 (docs/reliability.md).
+#: small against regulariser/ε. Measured against exact rational arithmetic on adversarial rows
+#: (several features at the bound at once, tiny and subnormal ones beside them) at unit
+#: regularisation, the worst scaled error of a covariance is 2e-3 (EbmTS/EbmUCB at their
+#: defaults) and at most 3e-4 (ridge and cascade policies) at 1e6; 0.5 and 5e-2 at 1e7; 100 %
+#: and more at 1e8 (docs/reliability.md). Covariances stay positive semi-definite at any
+#: magnitude; a smaller regulariser lowers the accurate range by its square root.
 MAX_FEATURE = 1e6
 
 #: Bounds of the regularisation parameters of the online policies (``ridge``, ``lam``, ``reg``)
 #: and of the scale parameters that multiply a posterior covariance (LinTS ``v``,
-#: CascadeLinTS ``sigma``). Below 1e-6 a unit-scale row's covariance loses more than 1e-10 of
-#: relative accuracy in the directions only the regulariser sees (measured; 1e-4 at 1e-12);
-#: above 1e6 rows of scale 1e-4 are within 5e-7 of float64's resolution against the prior.
+#: CascadeLinTS ``sigma``). The error of a covariance in the directions only the regulariser
+#: sees is about ε·|x|²/regulariser: measured after unit-scale rows it is 2e-10 at 1e-6
+#: (7e-12 at 1e-4, 2e-8 at 1e-8, 3e-6 at 1e-10, 6e-4 at 1e-12). 1e6 mirrors the lower bound:
+#: a unit-scale row is then 1e-6 of the prior's information and is resolved to the same 2e-10.
 MIN_REG = 1e-6
 MAX_REG = 1e6
 

@@ -142,14 +142,24 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
 
     # ------------------------------------------------------------------ public API
     def select(self, instance: int, context: Any) -> int:
-        """Choose an arm for ``instance`` given ``context`` (shape ``(n_features,)``)."""
+        """Choose an arm for ``instance`` given ``context`` (shape ``(n_features,)``, entries
+        bounded as in :meth:`update`)."""
         j = check_index(instance, self.n_instances, "instance")
         x = check_features(context, self.n_features, "context")
         with self._lock:
             return self._select(j, x)
 
     def update(self, instance: int, context: Any, arm: int, reward: float) -> None:
-        """Record that ``arm`` was pulled for ``instance`` with ``context`` and paid ``reward``."""
+        """Record that ``arm`` was pulled for ``instance`` with ``context`` and paid ``reward``.
+
+        ``context`` must be finite with entries of magnitude at most
+        :data:`~hierbandit._validation.MAX_FEATURE` (1e6: the range in which float64 carries
+        the posterior covariances; rescale larger features) and ``reward`` finite with
+        magnitude at most :data:`~hierbandit._validation.MAX_ABS`. The update is all or
+        nothing: every argument is checked before anything changes (a refused call raises
+        ``ValueError``/``TypeError`` naming the argument and leaves the policy bit-identical),
+        and the compiled kernels that then change the statistics cannot fail on accepted input.
+        """
         j = check_index(instance, self.n_instances, "instance")
         x = check_features(context, self.n_features, "context")
         k = check_index(arm, self.n_arms, "arm")

@@ -22,8 +22,13 @@ One episode serves ``N`` users for up to ``H`` steps::
                                        # clicks (N, H) 0/1; once per episode (Alg. 1 lines 23-28)
 
 ``update`` accepts only data that follow the cascade rule (every displayed item up to and
-including the click, nothing after; a session without a click shows all ``H`` items).
-Public methods validate everything first and leave the policy untouched on bad input; the
+including the click, nothing after; a session without a click shows all ``H`` items), and
+contexts of magnitude at most ``MAX_FEATURE`` = 1e6 (:mod:`hierbandit._validation`).
+Public methods validate everything first and leave the policy untouched on bad input; an
+update computes the new estimator state in temporaries and commits it only when complete, so
+it either completes or leaves the policy bit-identical. The information matrix is factorised
+with the prior precision's smallest eigenvalue as a floor for pivots that rounding destroys
+(contexts so large that λ is below their resolution), so its factorisation never fails. The
 simulation runner calls the unchecked ``_start``/``_select``/``_update``. ``posterior()``
 returns an :class:`xarray.Dataset`; ``get_params()``/``clone()`` follow
 :class:`hierbandit.policies.Policy`. Randomness (ε-draws, Thompson draws, random tie-breaks)
@@ -487,7 +492,8 @@ class UCBBP(_LogisticCascadePolicy):
         Confidence radius β: a constant (default 0.5, tuned in the spec's pilot) or
         ``"theory"`` — Theorem 5.2's ``β_ñ`` (:func:`beta_theory`, about 10³ here).
     lam : float
-        λ of ``A = λI + Σ w z zᵀ`` (default 1).
+        λ of ``A = λI + Σ w z zᵀ`` (default 1), in [1e-6, 1e6]
+        (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``).
     update_rule : {"newton1", "paper_literal", "batch_map"}
         Parameter update (spec §3.6): the corrected one-step Newton (default), the rule as
         printed (``θ̂ = A⁻¹b`` with ``b = Σ z(y − p̂)``, converges to ≈θ*/2) or a full
@@ -902,7 +908,7 @@ class CascadeLinUCB(_LinearCascadePolicy):
     alpha : float
         Width multiplier (default 0.5, the same scale as UCBBP's β).
     lam : float
-        Ridge λ (default 1).
+        Ridge λ (default 1), in [1e-6, 1e6].
     """
 
     def __init__(
@@ -948,9 +954,9 @@ class CascadeLinTS(_LinearCascadePolicy):
     Parameters
     ----------
     sigma : float
-        Scale σ of the sampling covariance (default 0.5).
+        Scale σ of the sampling covariance (default 0.5), in [0, 1e6].
     lam : float
-        Ridge λ (default 1).
+        Ridge λ (default 1), in [1e-6, 1e6].
     """
 
     def __init__(

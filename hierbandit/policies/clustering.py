@@ -824,7 +824,9 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
         ``"sqrt"`` uses β‖x‖_{S⁻¹} as in SCLUB Alg. 1 line 11; ``"no_sqrt"`` uses β xᵀS⁻¹x as the
         reference code does (C-18).
     reg : float, default 1.0
-        Ridge regulariser (S = reg·I + Σxxᵀ; the paper's I).
+        Ridge regulariser (S = reg·I + Σxxᵀ; the paper's I), in [1e-6, 1e6]
+        (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``). Item features must have
+        magnitude at most ``MAX_FEATURE`` = 1e6.
     recompute_every : int or None, default 2000
         Exact recomputation period of the rank-one-updated statistics (C-25).
     tie_break : {"random", "first"}, default "random"

@@ -52,7 +52,8 @@ class EbmPolicy(Policy):
     n_instances, n_arms, n_features
         N instances, K arms shared by every instance, context dimension d.
     lam : float, default 0.001
-        Precision λ of the N(0, λ⁻¹I) hyperprior on each arm's shared mean (paper §7).
+        Precision λ of the N(0, λ⁻¹I) hyperprior on each arm's shared mean (paper §7), in
+        [1e-6, 1e6] (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``).
     a : float, default 0.1
         Exploration scale, α_t = a·√(log t) (paper §5, §7).
     hyper_update_every : int, default 1
@@ -65,9 +66,10 @@ class EbmPolicy(Policy):
     alpha_clock : {"global", "instance"}, default "global"
         t in α_t is the global round (the paper) or the arriving instance's own arrival count.
     Sigma_init : array (d, d) or (K, d, d), optional
-        Σ̂ used until it can be estimated (default identity, spec §3.4).
+        Σ̂ used until it can be estimated (default identity, spec §3.4); entries at most 1e100
+        in magnitude.
     sigma2_init : float or array (K,), default 1.0
-        σ̂² used until it can be estimated.
+        σ̂² used until it can be estimated, in [1e-100, 1e100].
     eb_options : EBOptions, optional
         Options of the empirical-Bayes estimators (threshold rule, normalisation, floors…).
     mean_formula : {"4.2", "4.4-literal"}, default "4.2"

@@ -217,7 +217,8 @@ class LinUCB(_RidgeBandit):
     alpha : float, default 1.0
         Exploration width α (``specs/ebm.md`` §6.1 uses α = 1).
     ridge : float, default 1.0
-        Ridge regularisation (the identity of A = I + Σ x xᵀ).
+        Ridge regularisation (the identity of A = I + Σ x xᵀ), in [1e-6, 1e6]
+        (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``).
     recompute_every : int or None, default 10_000
         Exact recomputation period of each (instance, arm)'s inverse.
     tie_break, rng
@@ -301,9 +302,11 @@ class LinTS(_RidgeBandit):
     n_instances, n_arms, n_features
         Number of instances, arms and context dimension.
     v : float, default 1.0
-        Posterior scale (Agrawal & Goyal's v; ``specs/ebm.md`` §6.1 takes v = σ = 1).
+        Posterior scale (Agrawal & Goyal's v; ``specs/ebm.md`` §6.1 takes v = σ = 1), in
+        [0, 1e6].
     ridge : float, default 1.0
-        Prior precision (B = ridge·I + Σ x xᵀ; Agrawal & Goyal use the identity).
+        Prior precision (B = ridge·I + Σ x xᵀ; Agrawal & Goyal use the identity), in
+        [1e-6, 1e6].
     v_schedule : {"constant", "sqrt_log_t"}, default "constant"
         ``"constant"`` uses v_t = v. ``"sqrt_log_t"`` uses v_t = v·sqrt(log t) with the global
         round t = (updates so far) + 1, the a·sqrt(log t) inflation of the ebm paper's ebmTS;
@@ -494,7 +497,7 @@ class OLSBandit(ForcedSamplingBandit):
     h : float, default 15.0
         Filter width: arms within h/2 of the best forced-sample estimate stay eligible.
     ridge : float, default 1e-6
-        Ridge used before a design is full rank.
+        Ridge used before a design is full rank, in [1e-6, 1e6].
     warmup : bool, default True
         Start with K·d round-robin rounds (arm (τ − 1) mod K at τ ≤ K·d), which count as forced
         rounds and replace the scheduled forced rounds there, as the reference implementation

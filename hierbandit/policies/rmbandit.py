@@ -502,7 +502,7 @@ class RMBandit(ForcedSamplingBandit):
         the global round (``"global"``). The choice changes the amount of forced exploration a
         lot (``specs/rmbandit.md`` §4.3, §6).
     ridge : float, default 1e-6
-        Ridge of the step-1 OLS before a design is full rank.
+        Ridge of the step-1 OLS before a design is full rank, in [1e-6, 1e6].
     lasso_tol, lasso_max_iter
         Coordinate-descent stopping rule of step 3.
     tie_break, rng

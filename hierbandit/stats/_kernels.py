@@ -6,7 +6,16 @@ ebm paper written in the inverse-free form (see ``docs/maths/ebm.md``):
 
     M_j = Σ G_j + σ² I,  Minv_j = M_j⁻¹,  C̃_j = Minv_j Σ,  A_j = σ² Minv_j,
     P = λ I + Σ_j A_jᵀ G_j / σ²,  r = Σ_j A_jᵀ b_j / σ²,  Φ = P⁻¹,  β̂₀ = Φ r,
-    β̂_j = A_j β̂₀ + C̃_j b_j,  C_j = σ² C̃_j + A_j Φ A_jᵀ.
+    β̂_j = A_j β̂₀ + C̃_j b_j,  C_j = σ² C̃_j + A_j Φ A_jᵀ,
+
+evaluated through Σ = L Lᵀ and S_j = σ²I + LᵀG_jL: C̃_j = L S_j⁻¹ Lᵀ (a Gram matrix) and
+Minv_j = L S_j⁻¹ L⁻¹, so that C̃_j, Φ and every C_j are positive semi-definite by construction.
+
+Numerical range: a Sherman–Morrison step whose denominator exceeds ``SM_LIMIT`` is replaced by
+an exact refactorisation, and a Cholesky factorisation that rounding defeats (a regulariser
+below the resolution of huge data) falls back to :func:`psd_inverse_floor` or
+:func:`cholesky_floored`, whose floors are bounds the exact matrices satisfy. The kernels cannot
+raise on finite input: every division is by a positive pivot or a checked denominator.
 
 These kernels trust their inputs; validation lives in the public wrappers.
 """

@@ -7,7 +7,9 @@ hyperprior precision λ on the shared mean,
 * β_j | data ~ N(β̂_j, C_j) with β̂_j = σ²C̃_jΣ⁻¹β̂₀ + C̃_j X_jᵀy_j and
   C_j = σ²C̃_j + σ⁴C̃_jΣ⁻¹ΦΣ⁻¹C̃_j, C̃_j = (G_j + σ²Σ⁻¹)⁻¹ (eq. 4.1–4.2),
 
-all computed in the inverse-free form, valid for a singular positive semi-definite Σ (spec §2.6).
+all computed in the inverse-free form, valid for a singular positive semi-definite Σ (spec §2.6),
+with C̃_j a Gram matrix L S_j⁻¹ Lᵀ (Σ = L Lᵀ, S_j = σ²I + LᵀG_jL), so every posterior
+covariance is positive semi-definite by construction.
 The T×T matrices V_j are never formed: X_jᵀV_j⁻¹X_j = A_jᵀG_j/σ² and X_jᵀV_j⁻¹y_j = A_jᵀb_j/σ² with
 A_j = σ²C̃_jΣ⁻¹ = σ²(ΣG_j + σ²I)⁻¹, the Woodbury identity (4.3) in d×d form.
 """

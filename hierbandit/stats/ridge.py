@@ -15,7 +15,13 @@ index so that every algorithm can lay them out as it likes (for instance ``unit 
 
 Rank-one updates accumulate rounding error; every unit is recomputed exactly from (A_u, b_u)
 after each ``recompute_every`` of its own updates, and :meth:`RidgeStats.recompute` does it on
-demand.
+demand. A step with 1 + xᵀA⁻¹x above ``SM_LIMIT`` = 1e4 (a row large against what the unit
+knows, e.g. its first row carrying a raw count) would cancel all but that fraction of A⁻¹
+along x, so the unit is recomputed exactly instead. When rounding hides the ridge in
+reg·I + G (features so large that reg is below the resolution of G in some direction), the
+inverse comes from the diagonally scaled eigendecomposition with the ridge's own bound as the
+floor (:func:`~hierbandit.stats._kernels.psd_inverse_floor`): always symmetric positive
+definite.
 
 :func:`ols_solve` and :class:`OLSStats` are the least-squares counterpart used by the
 forced-sampling bandits (Goldenshluger & Zeevi 2013; Bastani & Bayati 2020) and by the first step
