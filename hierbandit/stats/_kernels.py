@@ -27,10 +27,16 @@ from numba import njit
 
 _JIT = {"cache": True, "nogil": True}
 
-#: a Sherman–Morrison step with 1 + xᵀA⁻¹x (or the corresponding denominator) above this is
+#: a Sherman–Morrison step of the ridge and cluster statistics with 1 + xᵀA⁻¹x above this is
 #: replaced by an exact refactorisation: its relative rounding error along the update is
 #: about ε times that number, here at most 2e-12
 SM_LIMIT = 1e4
+
+#: the same limit for the two Sherman–Morrison steps of the hierarchical rank-one update
+#: (:func:`rank_one_update`), whose denominators are routinely 1e3–1e4 in ordinary runs (the
+#: shared-mean step under the weak hyperprior λ = 1e-3, first rows under a large Σ̂): at most
+#: 2e-8 of relative error per step, and ordinary runs never refactorise
+EBM_SM_LIMIT = 1e8
 
 #: largest entry of an estimated Σ̂ (the scatter of per-instance OLS estimates) and largest
 #: σ̂² that are used; beyond them (or on overflow) the previous value is kept, so that every
@@ -675,8 +681,8 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
 
     Both Sherman–Morrison steps subtract a rank-one term that cancels all but a fraction 1/s of
     the matrix along the update (s = 1 + xᵀC̃_jx, resp. the denominator of the Φ step). When
-    either s is above ``SM_LIMIT`` (or not ≥ 1/2) only ``Gj`` and ``bj`` are updated and False
-    is returned: the caller must then recompute the arm from its sufficient statistics.
+    either s is above ``EBM_SM_LIMIT`` (or not ≥ 1/2) only ``Gj`` and ``bj`` are updated and
+    False is returned: the caller must then recompute the arm from its sufficient statistics.
     """
     d = x.shape[0]
     cx = np.empty(d)
@@ -704,11 +710,11 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
             t += Phi[i, m] * u[m]
         Pu[i] = t
         uPu += u[i] * t
-    good = 0.5 <= s <= SM_LIMIT
+    good = 0.5 <= s <= EBM_SM_LIMIT
     if good:
         c = sigma2 / s
         den = 1.0 + c * uPu
-        good = 0.5 <= den <= SM_LIMIT
+        good = 0.5 <= den <= EBM_SM_LIMIT
     if not good:
         for i in range(d):
             bj[i] += x[i] * y
