@@ -221,11 +221,12 @@ def _ebm_run(
             n_eff[k] = ne
             rank_one_count[k] = 0
         else:
-            K.rank_one_update(
+            exact = K.rank_one_update(
                 x, y, G[k, j], b[k, j], Ct[k, j], A[k, j], P[k], r[k], Phi[k], beta0[k], sigma2[k]
             )
             rank_one_count[k] += 1
-            if rank_one_count[k] >= recompute_every:
+            # as the policy: an ill-conditioned step was not applied, recompute the arm
+            if not exact or rank_one_count[k] >= recompute_every:
                 K.arm_posterior(
                     G[k],
                     b[k],
