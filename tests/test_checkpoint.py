@@ -163,7 +163,7 @@ def test_checkpoint_errors(tmp_path):
     tree.to_netcdf(tmp_path / "plain.nc", engine="h5netcdf")
     payload = (tmp_path / "plain.nc").read_bytes()
     (tmp_path / "evil.nc").write_bytes(seal(payload, "checkpoint") + payload)
-    with pytest.raises(InvalidFileError, match="evil.nc.*not on the allow-list"):
+    with pytest.raises(InvalidFileError, match=r"evil\.nc.*not on the allow-list"):
         load_checkpoint(tmp_path / "evil.nc")
     with pytest.raises(TypeError, match="unsupported"):
         save_checkpoint(_Holder(), tmp_path / "x.nc")
