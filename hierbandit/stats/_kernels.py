@@ -296,6 +296,35 @@ def sigma_root_into(Sigma, L, S):
 
 
 @njit(**_JIT)
+def _gram_factor(K, R, Lr, W, Ctj, sigma2):
+    """S = K + σ²I from the lower triangle of ``K`` (made symmetric in place); if S = R Rᵀ
+    factorises: W = Lr R⁻ᵀ and C̃_j = W Wᵀ (exactly symmetric), and True; else False with
+    ``K`` holding S."""
+    d = K.shape[0]
+    for i in range(d):
+        for k in range(i):
+            K[k, i] = K[i, k]
+        K[i, i] += sigma2
+    if not cholesky_lower(K, R):
+        return False
+    # W = Lr R⁻ᵀ: solve W Rᵀ = Lr by forward substitution, row by row of W
+    for i in range(d):
+        for k in range(d):
+            t = Lr[i, k]
+            for m in range(k):
+                t -= R[k, m] * W[i, m]
+            W[i, k] = t / R[k, k]
+    for i in range(d):
+        for k in range(i + 1):
+            t = 0.0
+            for m in range(d):
+                t += W[i, m] * W[k, m]
+            Ctj[i, k] = t
+            Ctj[k, i] = t
+    return True
+
+
+@njit(**_JIT)
 def gram_ctilde(Gj, Lr, sigma2, Ctj, K, R, W, tri=False):
     """C̃_j = (ΣG_j + σ²I)⁻¹Σ from Σ = Lr Lrᵀ, positive semi-definite by construction
     (``K``, ``R``, ``W``: (d, d) scratch; ``tri``: ``Lr`` is lower triangular).
@@ -319,25 +348,7 @@ def gram_ctilde(Gj, Lr, sigma2, Ctj, K, R, W, tri=False):
             for m in range(i if tri else 0, d):
                 t += Lr[m, i] * W[m, k]
             K[i, k] = t
-    for i in range(d):
-        for k in range(i):
-            K[k, i] = K[i, k]
-        K[i, i] += sigma2
-    if cholesky_lower(K, R):
-        # W = Lr R⁻ᵀ: solve W Rᵀ = Lr by forward substitution, row by row of W
-        for i in range(d):
-            for k in range(d):
-                t = Lr[i, k]
-                for m in range(k):
-                    t -= R[k, m] * W[i, m]
-                W[i, k] = t / R[k, k]
-        for i in range(d):
-            for k in range(i + 1):
-                t = 0.0
-                for m in range(d):
-                    t += W[i, m] * W[k, m]
-                Ctj[i, k] = t
-                Ctj[k, i] = t
+    if _gram_factor(K, R, Lr, W, Ctj, sigma2):
         return True
     psd_inverse_floor(K, sigma2, R)  # R = S⁻¹
     for i in range(d):
@@ -396,25 +407,7 @@ def instance_blocks(Gj, Lr, Linv, sigma2, Ctj, Minv, K, R, W):
                 c = Lr[m, i]
                 for k in range(i + 1):
                     K[i, k] += c * W[m, k]
-    for i in range(d):
-        for k in range(i):
-            K[k, i] = K[i, k]
-        K[i, i] += sigma2
-    if cholesky_lower(K, R):
-        # W = Lr R⁻ᵀ (forward substitution on W Rᵀ = Lr), C̃ = W Wᵀ
-        for i in range(d):
-            for k in range(d):
-                t = Lr[i, k]
-                for m in range(k):
-                    t -= R[k, m] * W[i, m]
-                W[i, k] = t / R[k, k]
-        for i in range(d):
-            for k in range(i + 1):
-                t = 0.0
-                for m in range(d):
-                    t += W[i, m] * W[k, m]
-                Ctj[i, k] = t
-                Ctj[k, i] = t
+    if _gram_factor(K, R, Lr, W, Ctj, sigma2):
         # K = R⁻¹ Lr⁻¹ (lower triangular; forward substitution on R K = Lr⁻¹), M⁻¹ = W K
         if d <= _SMALL_D:
             for i in range(d):

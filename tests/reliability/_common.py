@@ -13,6 +13,16 @@ from tests.conftest import snapshot
 
 #: documented magnitude bound of data values (contexts, features, rewards)
 MAX_DATA = 1e100
+#: the seven cascade policies of hierbandit.policies.cascade
+CASCADE_POLICIES = (
+    "UCBBP",
+    "AUCBBP",
+    "CascadeEpsilonGreedy",
+    "CascadeGreedy",
+    "CascadeRandom",
+    "CascadeLinUCB",
+    "CascadeLinTS",
+)
 
 SETTINGS = settings(
     max_examples=40,

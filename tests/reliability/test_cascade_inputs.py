@@ -22,6 +22,7 @@ from hierbandit.policies import cascade
 from tests.conftest import snapshot
 
 from ._common import (
+    CASCADE_POLICIES,
     SETTINGS,
     SMALL,
     check_outcome,
@@ -35,15 +36,7 @@ from ._common import (
 
 N, H, K, d = 3, 3, 4, 2
 p = d + K
-NAMES = [
-    "UCBBP",
-    "AUCBBP",
-    "CascadeEpsilonGreedy",
-    "CascadeGreedy",
-    "CascadeRandom",
-    "CascadeLinUCB",
-    "CascadeLinTS",
-]
+NAMES = list(CASCADE_POLICIES)
 REWARDS = np.array([1.0, 1.5, 2.0, 3.0])
 
 

@@ -29,7 +29,7 @@ from hierbandit.policies.clustering import CLUB, SCLUB, LinUCBInd, LinUCBOne
 from hierbandit.stats.empirical_bayes import EBOptions
 from tests.conftest import snapshot
 
-from ._common import SMALL
+from ._common import CASCADE_POLICIES, SMALL
 
 D = 3
 
@@ -210,15 +210,7 @@ def test_ebm_small_noise_variance_keeps_variances_positive(cls):
 # ---------------------------------------------------------------------- cascade
 
 NC, HC, KC = 2, 2, 3
-CASCADE = [
-    "UCBBP",
-    "AUCBBP",
-    "CascadeEpsilonGreedy",
-    "CascadeGreedy",
-    "CascadeRandom",
-    "CascadeLinUCB",
-    "CascadeLinTS",
-]
+CASCADE = list(CASCADE_POLICIES)
 E = np.array([1.0, 1.5, 2.0])
 
 

@@ -27,6 +27,8 @@ from hierbandit.policies import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, RMBandi
 from hierbandit.stats import logistic
 from tests.conftest import snapshot
 
+from ._common import CASCADE_POLICIES
+
 # ---------------------------------------------------------------------- helpers
 
 
@@ -57,15 +59,7 @@ def _same_checkpoint(policy, before_path, tmp_path):
 # ---------------------------------------------------------------------- cascade
 
 NC, HC, KC, DC = 2, 2, 3, 3
-CASCADE = [
-    "UCBBP",
-    "AUCBBP",
-    "CascadeEpsilonGreedy",
-    "CascadeGreedy",
-    "CascadeRandom",
-    "CascadeLinUCB",
-    "CascadeLinTS",
-]
+CASCADE = list(CASCADE_POLICIES)
 REWARDS = np.array([1.0, 1.5, 2.0])
 
 
