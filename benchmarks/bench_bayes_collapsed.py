@@ -46,7 +46,7 @@ from hierbandit.bayes import configure_compilation_cache
 from hierbandit.bayes.models import collapsed_model, uncollapsed_model
 from hierbandit.bayes.sampling import sample
 from hierbandit.data import read_log
-from hierbandit.envs import HierarchicalLinearEnv
+from hierbandit.ebm import HierarchicalLinearEnv
 
 REFERENCE_NAIVE_SECONDS = 425.0
 

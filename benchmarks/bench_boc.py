@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 
-from hierbandit.envs.boc import ClusterBandit
-from hierbandit.exploration import BOC, Uniform
-from hierbandit.exploration import _kernels as kern
-from hierbandit.exploration.lower_bound import _solve_slsqp
+from hierbandit.boc import BOC, Uniform
+from hierbandit.boc import _kernels as kern
+from hierbandit.boc.instances import ClusterBandit
+from hierbandit.boc.lower_bound import _solve_slsqp
 
 
 def make_instance(M: int, K: int, d: int, seed: int = 0) -> ClusterBandit:

@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from hierbandit.envs.cascade import CascadeEnv, simulate_episode
-from hierbandit.policies.cascade import AUCBBP, UCBBP, CascadeGreedy
+from hierbandit.cascade.env import CascadeEnv, simulate_episode
+from hierbandit.cascade.policies import AUCBBP, UCBBP, CascadeGreedy
 
 
 def run(policy, roll, steps: int) -> np.ndarray:

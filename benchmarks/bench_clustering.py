@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from hierbandit.envs.clustered import ClusteredLinearEnv
-from hierbandit.policies.clustering import CLUB, SCLUB, LinUCBInd, LinUCBOne
+from hierbandit.sclub.env import ClusteredLinearEnv
+from hierbandit.sclub.policies import CLUB, SCLUB, LinUCBInd, LinUCBOne
 
 CLASSES = {"SCLUB": SCLUB, "CLUB": CLUB, "LinUCB-One": LinUCBOne, "LinUCB-Ind": LinUCBInd}
 

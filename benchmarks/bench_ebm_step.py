@@ -19,8 +19,7 @@ import time
 
 import numpy as np
 
-from hierbandit.envs import HierarchicalLinearEnv
-from hierbandit.policies import EbmTS, EbmUCB, LinTS
+from hierbandit.ebm import EbmTS, EbmUCB, HierarchicalLinearEnv, LinTS
 
 
 def run(policy, env, steps: int, rng: np.random.Generator) -> np.ndarray:

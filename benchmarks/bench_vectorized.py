@@ -6,7 +6,7 @@ LinUCB at N = 10, K = 5, d = 3, with 1 seed and with 100 seeds, prints the aggre
 per second (select + update, summed over seeds) of
 
 * ``loop``: the per-seed Python loop of ``simulate(..., vectorize=False)`` (``_run_policy``);
-* ``batched 1 thr``: :func:`hierbandit.experiments.run_batched` on one thread;
+* ``batched 1 thr``: :func:`hierbandit.ebm.run_batched` on one thread;
 * ``batched N thr``: the same on ``numba.get_num_threads()`` threads (``NUMBA_NUM_THREADS``),
   the default of ``simulate(..., vectorize="auto")``;
 
@@ -41,12 +41,10 @@ import numpy as np
 from numba import njit, prange, typed
 from numba.core.errors import NumbaTypeSafetyWarning
 
-from hierbandit.envs import HierarchicalLinearEnv
-from hierbandit.experiments import run_batched
-from hierbandit.experiments import vectorized as V
+from hierbandit.ebm import EbmTS, HierarchicalLinearEnv, LinUCB, run_batched
+from hierbandit.ebm import compiled as V
+from hierbandit.ebm.compiled import default_threads
 from hierbandit.experiments.simulate import _run_policy
-from hierbandit.experiments.vectorized import default_threads
-from hierbandit.policies import EbmTS, LinUCB
 from hierbandit.stats.empirical_bayes import EBOptions
 
 N, K, D = 10, 5, 3

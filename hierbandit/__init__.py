@@ -1,32 +1,114 @@
-"""hierbandit: bandit learning that shares strength across users, instances and arms."""
+"""hierbandit: bandit learning that shares strength across users, instances and arms.
 
-from importlib.metadata import PackageNotFoundError, version
+The papers' algorithms are importable from here, each from its own folder (see
+``docs/architecture.md``)::
 
-try:
-    __version__ = version("hierbandit")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0"
+    from hierbandit import EbmTS, UCBBP, SCLUB, OffC2LUB, BOC, fit_prior, load_prior
 
-from ._numba_cache import configure_numba_cache
+Every name is imported on first use: ``import hierbandit`` loads none of the algorithms and none
+of PyMC, PyTensor, ArviZ, JAX or Dask, and changes no process-wide setting.
 
-# before any kernel is compiled: a cache folder per version of the kernels' sources
-configure_numba_cache()
+=================  ==================================================================
+folder             contents
+=================  ==================================================================
+``stats``          the statistics core shared by every algorithm
+``data``           historical logs (interactions, cascades) and the MovieLens data
+``ebm``            EbmTS, EbmUCB, LinUCB, LinTS, OLSBandit, RMBandit and their envs
+``cascade``        UCBBP, AUCBBP, the cascade baselines, backward planning, the env
+``sclub``          SCLUB, CLUB, LinUCBOne, LinUCBInd and the clustered-users envs
+``offline``        Off-C2LUB, Off-CLUB and their offline baselines
+``boc``            BOC, BOCLE, the lower bound, stopping rules and instances
+``bayes``          PyMC beside: fitted priors, full Bayes, audits and diagnostics
+``experiments``    the reproductions of the papers, run by ``hierbandit experiment``
+=================  ==================================================================
+"""
 
-from . import stats  # noqa: E402
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from hierbandit._version import __version__
+
+if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
+    from hierbandit._numba_cache import configure_numba_cache
+    from hierbandit.bayes.fit import fit_prior
+    from hierbandit.bayes.prior import load_prior
+    from hierbandit.boc import BOC, BOCLE
+    from hierbandit.cascade import AUCBBP, UCBBP
+    from hierbandit.ebm import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, RMBandit
+    from hierbandit.offline import OffC2LUB, OffCLUB
+    from hierbandit.sclub import CLUB, SCLUB, LinUCBInd, LinUCBOne
+
+#: public name -> module that defines it
+_LAZY = {
+    "EbmTS": "hierbandit.ebm",
+    "EbmUCB": "hierbandit.ebm",
+    "LinUCB": "hierbandit.ebm",
+    "LinTS": "hierbandit.ebm",
+    "OLSBandit": "hierbandit.ebm",
+    "RMBandit": "hierbandit.ebm",
+    "UCBBP": "hierbandit.cascade",
+    "AUCBBP": "hierbandit.cascade",
+    "SCLUB": "hierbandit.sclub",
+    "CLUB": "hierbandit.sclub",
+    "LinUCBOne": "hierbandit.sclub",
+    "LinUCBInd": "hierbandit.sclub",
+    "OffC2LUB": "hierbandit.offline",
+    "OffCLUB": "hierbandit.offline",
+    "BOC": "hierbandit.boc",
+    "BOCLE": "hierbandit.boc",
+    "fit_prior": "hierbandit.bayes.fit",
+    "load_prior": "hierbandit.bayes.prior",
+    "configure_numba_cache": "hierbandit._numba_cache",
+}
+_SUBPACKAGES = (
+    "stats",
+    "data",
+    "ebm",
+    "cascade",
+    "sclub",
+    "offline",
+    "boc",
+    "bayes",
+    "experiments",
+)
+
+__all__ = [
+    "AUCBBP",
+    "BOC",
+    "BOCLE",
+    "CLUB",
+    "SCLUB",
+    "UCBBP",
+    "EbmTS",
+    "EbmUCB",
+    "LinTS",
+    "LinUCB",
+    "LinUCBInd",
+    "LinUCBOne",
+    "OLSBandit",
+    "OffC2LUB",
+    "OffCLUB",
+    "RMBandit",
+    "__version__",
+    "configure_numba_cache",
+    "fit_prior",
+    "load_prior",
+]
+assert set(__all__) == {"__version__", *_LAZY}
 
 
-def load_prior(path):  # type: ignore[no-untyped-def]
-    """Load a :class:`~hierbandit.bayes.HierarchicalPrior` saved with ``prior.save(path)``."""
-    from .bayes.prior import load_prior as _load
-
-    return _load(path)
-
-
-def fit_prior(data, **kwargs):  # type: ignore[no-untyped-def]
-    """Fit a hierarchical prior to a historical log; see :func:`hierbandit.bayes.fit_prior`."""
-    from .bayes.fit import fit_prior as _fit
-
-    return _fit(data, **kwargs)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"hierbandit.{name}")
+    else:
+        raise AttributeError(f"module 'hierbandit' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
-__all__ = ["__version__", "fit_prior", "load_prior", "stats"]
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBPACKAGES))

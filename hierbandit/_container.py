@@ -34,7 +34,7 @@ from typing import Any
 
 import xarray as xr
 
-from .errors import InvalidFileError
+from hierbandit.errors import InvalidFileError
 
 __all__ = ["HEADER_SIZE", "MAGIC", "probe", "read_netcdf", "seal", "unseal"]
 

@@ -118,7 +118,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None]) ->
 def write_sealed_netcdf(obj: Any, path: str | os.PathLike[str], kind: str) -> Path:
     """Write a Dataset or DataTree as a sealed netCDF file (see :mod:`hierbandit._container`),
     atomically: the netCDF payload behind a header holding its kind, size and SHA-256."""
-    from ._container import seal
+    from hierbandit._container import seal
 
     def write(tmp: Path) -> None:
         obj.to_netcdf(tmp, engine="h5netcdf")

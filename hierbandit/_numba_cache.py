@@ -2,12 +2,15 @@
 
 numba's on-disk cache (``cache=True``) checks a cached function against its own source file only.
 A compiled function that calls kernels of another module keeps the callee's old machine code
-after that module changes: the compiled simulation loop of :mod:`hierbandit.experiments.vectorized`
-would go on running the previous :mod:`hierbandit.stats._kernels` after an edit or a ``git pull``,
+after that module changes: the compiled simulation loop of :mod:`hierbandit.ebm.compiled`
+would go on running the previous :mod:`hierbandit.stats.kernels` after an edit or a ``git pull``,
 silently. Keying the cache folder by a digest of every module of the package that uses numba
 makes any change to any kernel start from an empty cache.
 
-Importing :mod:`hierbandit` calls :func:`configure_numba_cache` before any kernel is compiled.
+Importing the package changes no setting: the command (``hierbandit``) and the test run call
+:func:`configure_numba_cache` before any kernel is compiled, and so can a user who edits the
+kernels (``hierbandit.configure_numba_cache()``). An installed copy needs it less: installing
+rewrites every source file, so numba's own per-file check discards every cached kernel.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .errors import InvalidFileError
+from hierbandit.errors import InvalidFileError
 
 __all__ = ["allow_class", "restore"]
 
@@ -54,30 +54,30 @@ class _Refused(Exception):
 
 #: state objects (rebuilt with ``cls.__new__`` and their attributes)
 _OBJECTS = {
-    "hierbandit.policies.ebm:EbmTS",
-    "hierbandit.policies.ebm:EbmUCB",
-    "hierbandit.policies.linear:LinUCB",
-    "hierbandit.policies.linear:LinTS",
-    "hierbandit.policies.linear:OLSBandit",
-    "hierbandit.policies.rmbandit:RMBandit",
-    "hierbandit.policies.cascade:UCBBP",
-    "hierbandit.policies.cascade:AUCBBP",
-    "hierbandit.policies.cascade:CascadeEpsilonGreedy",
-    "hierbandit.policies.cascade:CascadeGreedy",
-    "hierbandit.policies.cascade:CascadeRandom",
-    "hierbandit.policies.cascade:CascadeLinUCB",
-    "hierbandit.policies.cascade:CascadeLinTS",
-    "hierbandit.policies.clustering:SCLUB",
-    "hierbandit.policies.clustering:CLUB",
-    "hierbandit.policies.clustering:LinUCBOne",
-    "hierbandit.policies.clustering:LinUCBInd",
-    "hierbandit.exploration.boc:BOC",
-    "hierbandit.exploration.boc:BOCLE",
-    "hierbandit.exploration.boc:Uniform",
-    "hierbandit.exploration.boc:Oracle",
+    "hierbandit.ebm.policy:EbmTS",
+    "hierbandit.ebm.policy:EbmUCB",
+    "hierbandit.ebm.linear:LinUCB",
+    "hierbandit.ebm.linear:LinTS",
+    "hierbandit.ebm.linear:OLSBandit",
+    "hierbandit.ebm.rmbandit:RMBandit",
+    "hierbandit.cascade.policies:UCBBP",
+    "hierbandit.cascade.policies:AUCBBP",
+    "hierbandit.cascade.policies:CascadeEpsilonGreedy",
+    "hierbandit.cascade.policies:CascadeGreedy",
+    "hierbandit.cascade.policies:CascadeRandom",
+    "hierbandit.cascade.policies:CascadeLinUCB",
+    "hierbandit.cascade.policies:CascadeLinTS",
+    "hierbandit.sclub.policies:SCLUB",
+    "hierbandit.sclub.policies:CLUB",
+    "hierbandit.sclub.policies:LinUCBOne",
+    "hierbandit.sclub.policies:LinUCBInd",
+    "hierbandit.boc.explorers:BOC",
+    "hierbandit.boc.explorers:BOCLE",
+    "hierbandit.boc.explorers:Uniform",
+    "hierbandit.boc.explorers:Oracle",
     "hierbandit.stats.ridge:RidgeStats",
     "hierbandit.stats.ridge:OLSStats",
-    "hierbandit.stats.cluster_stats:ClusterStats",
+    "hierbandit.sclub.cluster_stats:ClusterStats",
     "hierbandit.stats.logistic:OnlineLogistic",
 }
 #: frozen option dataclasses (rebuilt with their constructor, which validates them)
@@ -89,6 +89,27 @@ _BIT_GENERATORS = {
     for c in (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
 } | {f"{np.random.MT19937.__module__}:{np.random.MT19937.__qualname__}": np.random.MT19937}
 _EXTRA: dict[str, type] = {}
+
+#: where each allowed class lived before the package took one folder per paper; checkpoints
+#: written then name these, and load as the class's current home
+_MOVED_MODULES = {
+    "hierbandit.policies.ebm": "hierbandit.ebm.policy",
+    "hierbandit.policies.linear": "hierbandit.ebm.linear",
+    "hierbandit.policies.rmbandit": "hierbandit.ebm.rmbandit",
+    "hierbandit.policies.cascade": "hierbandit.cascade.policies",
+    "hierbandit.policies.clustering": "hierbandit.sclub.policies",
+    "hierbandit.exploration.boc": "hierbandit.boc.explorers",
+    "hierbandit.stats.cluster_stats": "hierbandit.sclub.cluster_stats",
+}
+
+
+def _current_name(name: Any) -> Any:
+    """The allow-list name of a class named by a checkpoint of an earlier layout."""
+    if isinstance(name, str):
+        module, sep, qualname = name.partition(":")
+        if module in _MOVED_MODULES:
+            return f"{_MOVED_MODULES[module]}{sep}{qualname}"
+    return name
 
 
 def allow_class(cls: type) -> type:
@@ -102,6 +123,7 @@ def allow_class(cls: type) -> type:
 
 
 def _resolve(name: Any, table: set[str], role: str) -> type:
+    name = _current_name(name)
     if isinstance(name, str) and name in _EXTRA and table is _OBJECTS:
         return _EXTRA[name]
     if not isinstance(name, str) or name not in table:
@@ -525,4 +547,4 @@ def restore(state: Any, tree: xr.DataTree, path: str | Path, expected: type | No
     return obj
 
 
-from . import _restore_rules  # noqa: E402,F401  (fills RULES)
+from hierbandit import _restore_rules  # noqa: E402,F401  (fills RULES)

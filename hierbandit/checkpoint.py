@@ -47,11 +47,11 @@ from typing import Any, ClassVar
 import numpy as np
 import xarray as xr
 
-from . import __version__
-from ._container import read_netcdf
-from ._io import write_sealed_netcdf
-from ._restore import allow_class, restore
-from .errors import InvalidFileError
+from hierbandit._container import read_netcdf
+from hierbandit._io import write_sealed_netcdf
+from hierbandit._restore import allow_class, restore
+from hierbandit._version import __version__
+from hierbandit.errors import InvalidFileError
 
 __all__ = [
     "FORMAT_VERSION",

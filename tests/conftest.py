@@ -9,6 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hierbandit._numba_cache import configure_numba_cache
+
+# the test run keeps compiled kernels in the folder keyed by their sources, as the command does
+configure_numba_cache()
+
 _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
 

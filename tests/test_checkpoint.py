@@ -13,8 +13,8 @@ import xarray as xr
 
 from hierbandit._container import seal
 from hierbandit.checkpoint import load_checkpoint, save_checkpoint
+from hierbandit.ebm import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, Policy, RMBandit
 from hierbandit.errors import InvalidFileError
-from hierbandit.policies import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, Policy, RMBandit
 from tests.conftest import snapshot
 
 N, K, d = 4, 3, 2
@@ -89,7 +89,7 @@ def test_checkpoint_survives_a_crash_mid_run(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, signal, numpy as np
-        from hierbandit.policies import EbmTS
+        from hierbandit.ebm import EbmTS
         g = np.random.default_rng(0)
         J, X, Y = g.integers(0, {N}, 400), g.normal(size=(400, {d})), g.normal(size=(400, {K}))
         p = EbmTS({N}, {K}, {d}, rng=7)
@@ -158,7 +158,7 @@ def test_checkpoint_errors(tmp_path):
     # a checkpoint may only name allow-listed classes, even with a valid seal
     tree = xr.open_datatree(path, engine="h5netcdf").load()
     tree.attrs["hierbandit_checkpoint"] = tree.attrs["hierbandit_checkpoint"].replace(
-        "hierbandit.policies.linear:LinUCB", "subprocess:Popen"
+        "hierbandit.ebm.linear:LinUCB", "subprocess:Popen"
     )
     tree.to_netcdf(tmp_path / "plain.nc", engine="h5netcdf")
     payload = (tmp_path / "plain.nc").read_bytes()
@@ -252,8 +252,8 @@ CASCADE = [
 
 @pytest.mark.parametrize("name", CASCADE)
 def test_cascade_policies_restore_exactly(name, tmp_path):
-    from hierbandit.envs.cascade import CascadeEnv, simulate_episode
-    from hierbandit.policies import cascade
+    from hierbandit.cascade import policies as cascade
+    from hierbandit.cascade.env import CascadeEnv, simulate_episode
 
     env = CascadeEnv.preset(n_users=6, rng=0)
     ro = env.rollout(60, rng=1)
@@ -281,7 +281,7 @@ def test_cascade_policies_restore_exactly(name, tmp_path):
 
 
 def _clustering_factories():
-    from hierbandit.policies.clustering import CLUB, SCLUB, LinUCBInd, LinUCBOne
+    from hierbandit.sclub.policies import CLUB, SCLUB, LinUCBInd, LinUCBOne
 
     U, dd = 12, 4
     return {
@@ -299,7 +299,7 @@ CLUSTERING = sorted(_clustering_factories())
 
 
 def _clustered_rollout(T, seed=1):
-    from hierbandit.envs.clustered import ClusteredLinearEnv
+    from hierbandit.sclub.env import ClusteredLinearEnv
 
     env = ClusteredLinearEnv(n_users=12, n_clusters=3, n_features=4, n_items=6, rng=0)
     return env.rollout(T, rng=seed)
@@ -362,7 +362,7 @@ def test_sclub_merges_before_checkpoint(tmp_path):
 
 
 def test_clustering_load_checks_class(tmp_path):
-    from hierbandit.policies.clustering import CLUB, SCLUB
+    from hierbandit.sclub.policies import CLUB, SCLUB
 
     path = SCLUB(4, 2, rng=0).save(tmp_path / "s.nc")
     with pytest.raises(TypeError, match="SCLUB"):
@@ -459,8 +459,8 @@ def test_clustering_concurrent_calls_equal_sequential(name):
 def test_cascade_concurrent_calls_equal_sequential(name):
     """Four threads recommend and update one shared cascade policy; the final state equals the
     sequential run of the same calls in lock order (the Newton update is order-dependent)."""
-    from hierbandit.envs.cascade import CascadeEnv, simulate_episode
-    from hierbandit.policies import cascade
+    from hierbandit.cascade import policies as cascade
+    from hierbandit.cascade.env import CascadeEnv, simulate_episode
 
     n_threads, per_thread = 4, 15
     env = CascadeEnv.preset(n_users=5, rng=0)
@@ -499,8 +499,8 @@ def test_lock_is_per_object_and_recreated():
     import copy
     import pickle
 
-    from hierbandit.policies.cascade import UCBBP
-    from hierbandit.policies.clustering import SCLUB
+    from hierbandit.cascade.policies import UCBBP
+    from hierbandit.sclub.policies import SCLUB
 
     a, b = SCLUB(4, 2, rng=0), SCLUB(4, 2, rng=0)
     assert a._lock is not b._lock
@@ -528,8 +528,8 @@ def test_explorer_checkpoint_between_steps(name, tmp_path):
     the same choices and stops at the same pull with the same partition. The environment's
     noise depends only on (seed, arm, pull index), so a fresh sampler advanced to the restored
     counts gives the same observations."""
-    from hierbandit.envs.boc import synthetic_instance
-    from hierbandit.exploration import BOC, BOCLE, ClusteringExplorer, Oracle, Uniform
+    from hierbandit.boc import BOC, BOCLE, ClusteringExplorer, Oracle, Uniform
+    from hierbandit.boc.instances import synthetic_instance
 
     inst = synthetic_instance("moderate")
     make = {
@@ -574,8 +574,8 @@ def test_explorer_checkpoint_between_steps(name, tmp_path):
 def _kill_cases():
     """name -> (make, play, mid, end): a factory, a loop returning the decisions of rounds
     [t0, t1) as a list, the checkpoint round and the last round."""
-    from hierbandit.envs.cascade import CascadeEnv, simulate_episode
-    from hierbandit.policies import cascade
+    from hierbandit.cascade import policies as cascade
+    from hierbandit.cascade.env import CascadeEnv, simulate_episode
 
     cases = {}
     J, X, Y = _stream(200)
@@ -646,7 +646,7 @@ def test_every_online_policy_survives_a_crash(tmp_path):
 def test_explorer_concurrent_observations_equal_sequential():
     """Four threads feed observations to one BOC while reading its statistic: every
     observation is counted once and the sums equal the sequential ones."""
-    from hierbandit.exploration import BOC
+    from hierbandit.boc import BOC
 
     n_threads, per_thread = 4, 300
     g = np.random.default_rng(0)

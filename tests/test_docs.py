@@ -118,11 +118,11 @@ def _check_reference_pages(site: Path) -> list[str]:
 
 
 def _check_policy_page(site: Path) -> list[str]:
-    html = _read(site, "reference/generated/hierbandit.policies.EbmTS")
+    html = _read(site, "reference/generated/hierbandit.ebm.EbmTS")
     return [
         f"EbmTS reference page does not document {member}"
         for member in ("select", "update", "posterior", "hyperparameters", "predict")
-        if f'id="hierbandit.policies.EbmTS.{member}"' not in html
+        if f'id="hierbandit.ebm.EbmTS.{member}"' not in html
     ]
 
 

@@ -8,8 +8,8 @@ import xarray as xr
 
 from hierbandit.bayes.prior import load_prior, upgrade_prior
 from hierbandit.checkpoint import load_checkpoint, upgrade_checkpoint
+from hierbandit.ebm import EbmTS
 from hierbandit.errors import InvalidFileError
-from hierbandit.policies import EbmTS
 from tests.conftest import snapshot
 
 
@@ -51,7 +51,7 @@ def test_format_1_checkpoint_is_refused_then_upgraded(tmp_path):
     # the upgrade checks the state like a load: a class outside the allow-list is refused
     tree = xr.open_datatree(old, engine="h5netcdf").load()
     tree.attrs["hierbandit_checkpoint"] = tree.attrs["hierbandit_checkpoint"].replace(
-        "hierbandit.policies.ebm:EbmTS", "subprocess:Popen"
+        "hierbandit.ebm.policy:EbmTS", "subprocess:Popen"
     )
     tree.to_netcdf(tmp_path / "evil.nc", engine="h5netcdf")
     with pytest.raises(InvalidFileError, match="allow-list"):

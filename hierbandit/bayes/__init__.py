@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ._devices import configure_compilation_cache, configure_host_devices
+from hierbandit.bayes._devices import configure_compilation_cache, configure_host_devices
 
 configure_host_devices()
 configure_compilation_cache()

@@ -13,7 +13,7 @@ equivalence is testable.
 
 * :func:`read_cascade_log` validates a historical log (one row per displayed position).
 * :func:`fit_cascade_prior` fits a Gaussian prior on θ (Laplace — closed-form fast path — or
-  NUTS) that warm-starts :class:`~hierbandit.policies.cascade.UCBBP` and its relatives
+  NUTS) that warm-starts :class:`~hierbandit.cascade.policies.UCBBP` and its relatives
   (``UCBBP(..., prior=prior)``).
 * :func:`compare_laplace_nuts` compares the batch Laplace posterior and the online one-step
   (``newton1``) posterior with NUTS: means, covariance, predicted click probabilities (§8.4).
@@ -38,9 +38,9 @@ import pandas as pd
 import xarray as xr
 from scipy.special import expit
 
-from .._container import read_netcdf
-from .._io import atomic_write, decode_attrs, write_json, write_sealed_netcdf
-from .._validation import (
+from hierbandit._container import read_netcdf
+from hierbandit._io import atomic_write, decode_attrs, write_json, write_sealed_netcdf
+from hierbandit._validation import (
     MAX_ABS,
     _as_float_array,
     check_choice,
@@ -49,8 +49,8 @@ from .._validation import (
     check_scalar,
     check_vector,
 )
-from ..errors import InvalidFileError
-from ..stats.logistic import (
+from hierbandit.errors import InvalidFileError
+from hierbandit.stats.logistic import (
     LaplaceApproximation,
     OnlineLogistic,
     bernoulli_loglik,
@@ -271,7 +271,7 @@ def read_cascade_log(
     """
     if isinstance(data, CascadeLog):
         return data
-    from ..data.log import _ids, _load, _missing_column, _numeric
+    from hierbandit.data.log import _ids, _load, _missing_column, _numeric
 
     for name, value in (
         ("episode", episode),
@@ -645,7 +645,7 @@ class CascadePrior:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write to a sealed netCDF file atomically (the InferenceData, if any, under
         ``/idata``; the layout of :func:`hierbandit.bayes.prior.prior_tree`)."""
-        from .prior import prior_tree
+        from hierbandit.bayes.prior import prior_tree
 
         path = Path(path)
         if path.suffix != ".nc":
@@ -658,7 +658,7 @@ class CascadePrior:
         """Read a prior written by :meth:`save`; the file is untrusted input (its seal is
         verified, its container walked with a deadline and its arrays validated), and any
         defect raises :class:`hierbandit.errors.InvalidFileError` naming the file."""
-        from .prior import read_prior_tree
+        from hierbandit.bayes.prior import read_prior_tree
 
         tree = read_netcdf(path, "cascade-prior")
         try:
@@ -690,7 +690,7 @@ def cascade_laplace(data: Any, *, lam: float = 1.0, prior: Any = None, **columns
 
 
 def _provenance(log: CascadeLog, method: str, config: dict[str, Any]) -> dict[str, Any]:
-    from .. import __version__
+    from hierbandit import __version__
 
     return {
         "method": method,
@@ -755,8 +755,8 @@ def fit_cascade_prior(
         extra["newton_iterations"] = lap.map_result.n_iter
         extra["gradient_max_norm"] = lap.map_result.grad_norm
     else:
-        from .diagnostics import diagnose
-        from .sampling import sample
+        from hierbandit.bayes.diagnostics import diagnose
+        from hierbandit.bayes.sampling import sample
 
         draws = check_positive_int(draws, "draws", minimum=4)
         tune = check_positive_int(tune, "tune", minimum=0)
@@ -1026,8 +1026,8 @@ def compare_laplace_nuts(
     """
     import arviz as az
 
-    from .diagnostics import _ARVIZ_NUMPY_DEPRECATION, diagnose
-    from .sampling import sample
+    from hierbandit.bayes.diagnostics import _ARVIZ_NUMPY_DEPRECATION, diagnose
+    from hierbandit.bayes.sampling import sample
 
     log = read_cascade_log(data, **columns)
     lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
@@ -1136,7 +1136,7 @@ def compare_laplace_nuts(
     # the cascade and Bernoulli likelihoods at a random θ, in NumPy and compiled by PyMC
     theta_r = g.normal(size=p)
     Xs, arms, clicks = log.sessions()
-    from ..stats.logistic import cascade_loglik
+    from hierbandit.stats.logistic import cascade_loglik
 
     Z, y = log.design()
     ll_flat = float(bernoulli_loglik(Z @ theta_r, y).sum())

@@ -32,7 +32,7 @@ import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
 
-from .._validation import (
+from hierbandit._validation import (
     _as_float_array,
     check_choice,
     check_covariance,
@@ -40,9 +40,9 @@ from .._validation import (
     check_scalar,
     check_vector,
 )
-from ..stats.hierarchical import posterior_cross_covariances, posterior_given_hyper
-from ..stats.suffstats import suffstats
-from .diagnostics import _ARVIZ_NUMPY_DEPRECATION, Diagnostics, diagnose
+from hierbandit.bayes.diagnostics import _ARVIZ_NUMPY_DEPRECATION, Diagnostics, diagnose
+from hierbandit.stats.hierarchical import posterior_cross_covariances, posterior_given_hyper
+from hierbandit.stats.suffstats import suffstats
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -63,7 +63,7 @@ def _as_log(data: Any, **columns: Any) -> Any:
     """``data`` itself when it already looks like a ``HistoricalLog``, else ``read_log(data)``."""
     if all(hasattr(data, a) for a in _LOG_ATTRS):
         return data
-    from ..data import read_log
+    from hierbandit.data import read_log
 
     return read_log(data, **columns)
 
@@ -664,7 +664,7 @@ def compare_closed_form(
     start = time.perf_counter()
     if nuts_sampler == "numpyro" and not sample_kwargs:
         # the package's numpyro driver (parallel chains, no pm.sample wrapper overhead)
-        from .sampling import sample
+        from hierbandit.bayes.sampling import sample
 
         idata = sample(
             model,

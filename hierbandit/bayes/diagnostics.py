@@ -18,7 +18,7 @@ import arviz as az
 import numpy as np
 import pandas as pd
 
-from .._validation import check_scalar
+from hierbandit._validation import check_scalar
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

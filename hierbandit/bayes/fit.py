@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .. import __version__
-from .._validation import check_choice, check_positive_int, check_scalar
-from ..data import HistoricalLog, check_min_rows, read_log
-from ..stats import EBOptions, empirical_bayes, fit_type2_ml, posterior_given_hyper
-from .prior import HierarchicalPrior
+from hierbandit._validation import check_choice, check_positive_int, check_scalar
+from hierbandit._version import __version__
+from hierbandit.bayes.prior import HierarchicalPrior
+from hierbandit.data import HistoricalLog, check_min_rows, read_log
+from hierbandit.stats import EBOptions, empirical_bayes, fit_type2_ml, posterior_given_hyper
 
 __all__ = ["METHODS", "fit_prior", "prior_from_arrays"]
 
@@ -220,8 +220,13 @@ def _fit_mcmc(
     collapse_shared_mean: bool,
     sampler: dict[str, Any],
 ) -> HierarchicalPrior:
-    from .models import HyperPriors, add_conditional_draws, collapsed_model, uncollapsed_model
-    from .sampling import sample
+    from hierbandit.bayes.models import (
+        HyperPriors,
+        add_conditional_draws,
+        collapsed_model,
+        uncollapsed_model,
+    )
+    from hierbandit.bayes.sampling import sample
 
     if hyper is None:
         hyper = HyperPriors(lam=lam)

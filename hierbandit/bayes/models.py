@@ -34,9 +34,9 @@ import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
 
-from .._validation import as_generator, check_choice, check_scalar
-from ..stats import _kernels as K
-from ._batched import UNROLL_MAX, BatchedCholesky, matT
+from hierbandit._validation import as_generator, check_choice, check_scalar
+from hierbandit.bayes._batched import UNROLL_MAX, BatchedCholesky, matT
+from hierbandit.stats import kernels as K
 
 __all__ = [
     "HyperPriors",

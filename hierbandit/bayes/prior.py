@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .._container import read_netcdf
-from .._io import decode_attrs, netcdf_attrs, write_sealed_netcdf
-from ..errors import InvalidFileError
+from hierbandit._container import read_netcdf
+from hierbandit._io import decode_attrs, netcdf_attrs, write_sealed_netcdf
+from hierbandit.errors import InvalidFileError
 
 __all__ = ["HierarchicalPrior", "load_prior", "prior_tree", "read_prior_tree", "upgrade_prior"]
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pymc as pm
 
-from .._validation import check_choice
-from ._devices import configure_host_devices
+from hierbandit._validation import check_choice
+from hierbandit.bayes._devices import configure_host_devices
 
 __all__ = ["NUTS_SAMPLERS", "available_samplers", "configure_host_devices", "sample"]
 

@@ -39,9 +39,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._container import read_netcdf
-from .._validation import check_index, check_positive_int
-from ..stats.suffstats import SuffStats, suffstats
+from hierbandit._container import read_netcdf
+from hierbandit._validation import check_index, check_positive_int
+from hierbandit.stats.suffstats import SuffStats, suffstats
 
 __all__ = ["HistoricalLog", "check_min_rows", "read_log"]
 

@@ -50,7 +50,7 @@ import functools
 import numpy as np
 import pandas as pd
 
-from .._validation import check_positive_int
+from hierbandit._validation import check_positive_int
 
 __all__ = ["MODEL_COLUMNS", "REFERENCE_COLUMNS", "movielens_log", "rating_matrix"]
 

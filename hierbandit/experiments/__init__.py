@@ -3,16 +3,13 @@
 matplotlib is imported only when a plotting function is called.
 """
 
-from .plotting import plot_cumulative_regret, plot_regret_panels
-from .simulate import cumulative_regret, regret_table, simulate
-from .vectorized import batched_unsupported, run_batched
+from hierbandit.experiments.plotting import plot_cumulative_regret, plot_regret_panels
+from hierbandit.experiments.simulate import cumulative_regret, regret_table, simulate
 
 __all__ = [
-    "batched_unsupported",
     "cumulative_regret",
     "plot_cumulative_regret",
     "plot_regret_panels",
     "regret_table",
-    "run_batched",
     "simulate",
 ]

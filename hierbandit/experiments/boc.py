@@ -11,7 +11,7 @@
   exploration (LE, exact r) on the challenging instance rescaled to D* = 2 and on Iris, β̃.
 
 Every (threshold, δ) comes from one sample path per (instance, algorithm, trial)
-(:func:`~hierbandit.exploration.stopping_times`). Seeds: trial ``j`` of instance ``name`` uses
+(:func:`~hierbandit.boc.stopping_times`). Seeds: trial ``j`` of instance ``name`` uses
 the noise seed ``SeedSequence(seed, spawn_key=(crc32(name), j))`` for every algorithm (common
 random numbers). Results are xarray Datasets with dims ``(algorithm, trial, threshold,
 log_inv_delta)``; :func:`reproduce` writes netCDF, Markdown tables, PNG plots and an acceptance
@@ -31,12 +31,17 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .._io import atomic_write, write_dataset, write_json
-from .._validation import check_choice, check_positive_int
-from ..envs.boc import ClusterBandit, digits_instance, iris_instance, synthetic_instance
-from ..exploration import BOC, Oracle, Uniform, stopping_times
-from ..exploration.thresholds import kl_bernoulli_delta
-from ._config import check_seed
+from hierbandit._io import atomic_write, write_dataset, write_json
+from hierbandit._validation import check_choice, check_positive_int
+from hierbandit.boc import BOC, Oracle, Uniform, stopping_times
+from hierbandit.boc.instances import (
+    ClusterBandit,
+    digits_instance,
+    iris_instance,
+    synthetic_instance,
+)
+from hierbandit.boc.thresholds import kl_bernoulli_delta
+from hierbandit.experiments._config import check_seed
 
 __all__ = [
     "PARTS",

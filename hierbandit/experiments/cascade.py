@@ -1,7 +1,7 @@
 """Simulation of the cascading policies and the reproduction of Park & Jia (2025), Figure 5.
 
 :func:`simulate_cascade` runs episode-level cascading policies on a
-:class:`~hierbandit.envs.cascade.CascadeEnv` over many seeds with common random numbers and
+:class:`~hierbandit.cascade.env.CascadeEnv` over many seeds with common random numbers and
 returns an :class:`xarray.Dataset` with dims (policy, seed, episode). :func:`run_reproduction`
 runs the spec's §6.3 configuration for several numbers of users ``N``, checks the acceptance
 criteria of §6.5 (:func:`acceptance`) and writes the results, a table and the two rows of
@@ -19,7 +19,7 @@ Runs with different ``N`` share the environment stream, hence θ, per seed.
 Regret
 ------
 Per episode, ``Σ_n V*_1(x_{t,n}) − V^π_1(x_{t,n})`` with the true θ (Definition 3.2):
-exact (:func:`~hierbandit.envs.cascade.slate_value`) for open-loop policies (every policy of
+exact (:func:`~hierbandit.cascade.env.slate_value`) for open-loop policies (every policy of
 the paper, with AUCBBP's literal ranking) and the unbiased performance-difference estimate
 (spec §2.3) for closed-loop ones (``AUCBBP(rank_pool="active")``).
 """
@@ -36,16 +36,16 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._io import atomic_write, write_dataset, write_json
-from .._validation import check_bool, check_choice, check_positive_int
-from ..envs.cascade import (
+from hierbandit._io import atomic_write, write_dataset, write_json
+from hierbandit._validation import check_bool, check_choice, check_positive_int
+from hierbandit.cascade.env import (
     CascadeEnv,
-    _backward_plan,
-    _slate_value,
+    backward_plan_unchecked,
     performance_difference,
     simulate_episode,
+    slate_value_unchecked,
 )
-from ..policies.cascade import (
+from hierbandit.cascade.policies import (
     AUCBBP,
     UCBBP,
     CascadeEpsilonGreedy,
@@ -55,7 +55,7 @@ from ..policies.cascade import (
     CascadePolicy,
     CascadeRandom,
 )
-from ._config import check_seed, config_json, resolve_factories, seed_children
+from hierbandit.experiments._config import check_seed, config_json, resolve_factories, seed_children
 
 __all__ = [
     "REPRODUCTION_POLICIES",
@@ -126,7 +126,7 @@ def _cascade_from_slate(
     P: np.ndarray, U: np.ndarray, slate: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Displayed arms and clicks of open-loop slates: the same outcome as stepping through
-    :func:`~hierbandit.envs.cascade.simulate_episode`, vectorised."""
+    :func:`~hierbandit.cascade.env.simulate_episode`, vectorised."""
     N, H = U.shape
     f = np.take_along_axis(P, slate, axis=1)
     hit = f > U  # clicked iff U < f
@@ -157,10 +157,10 @@ def _run_policy(policy: CascadePolicy, roll: Any, env: CascadeEnv) -> dict[str, 
         if policy.open_loop:
             slate = policy._slate
             arms, clicks = _cascade_from_slate(P, U, slate)
-            regret[t] = float(np.sum(roll.optimal_value[t] - _slate_value(P, e, slate)))
+            regret[t] = float(np.sum(roll.optimal_value[t] - slate_value_unchecked(P, e, slate)))
         else:
             arms, clicks = simulate_episode(P, U, policy._select)
-            Q, V = _backward_plan(P, e, env.horizon)
+            Q, V = backward_plan_unchecked(P, e, env.horizon)
             regret[t] = float(np.sum(performance_difference(Q, V, arms)))
         shown = arms >= 0
         reward[t] = float(np.sum(e[np.where(shown, arms, 0)] * clicks))
@@ -187,7 +187,7 @@ def simulate_cascade(
     Parameters
     ----------
     policies
-        Mapping name → :class:`~hierbandit.policies.cascade.CascadePolicy` (cloned per seed
+        Mapping name → :class:`~hierbandit.cascade.policies.CascadePolicy` (cloned per seed
         with ``clone(rng=...)``) or name → ``callable(rng)`` returning a fresh policy.
     env
         The environment; with ``redraw_env`` each seed uses ``env.clone(rng)`` (θ_x redrawn
@@ -220,7 +220,7 @@ def simulate_cascade(
         ``regret.attrs["exact"]`` lists per policy whether the regret is exact (open loop) or
         the performance-difference estimate; ``attrs`` record the configuration.
     """
-    from .. import __version__
+    from hierbandit import __version__
 
     factories = _resolve_policies(policies)
     if not isinstance(env, CascadeEnv):

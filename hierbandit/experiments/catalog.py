@@ -17,7 +17,7 @@ from typing import Any
 
 import xarray as xr
 
-from .registry import Cell, Param, register
+from hierbandit.experiments.registry import Cell, Param, register
 
 __all__: list[str] = []
 
@@ -73,7 +73,7 @@ def _rel(out: Path, paths: Mapping[str, Path]) -> str:
 
 
 def _regret_lines(ds: xr.Dataset, title: str, var: str = "regret") -> list[str]:
-    from .simulate import regret_table
+    from hierbandit.experiments.simulate import regret_table
 
     table = regret_table(ds)
     lines = [f"### {title}", "", "| policy | final regret (mean ± s.e.) |", "|---|---|"]
@@ -111,14 +111,14 @@ HYPER_UPDATE_EVERY = Param(
 
 # ---------------------------------------------------------------------- ebm: Figures 1-2
 def _ebm_synthetic() -> None:
-    from .ebm import FIGURE_POLICY_NAMES, SETTINGS
+    from hierbandit.experiments.ebm import FIGURE_POLICY_NAMES, SETTINGS
 
     def cells(p: Mapping[str, Any]) -> list[Cell]:
         return _seed_cells(p, [(s, {"setting": s}) for s in p["settings"]])
 
     def run(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Any) -> xr.Dataset:
-        from .ebm import make_env, make_policies
-        from .simulate import simulate
+        from hierbandit.experiments.ebm import make_env, make_policies
+        from hierbandit.experiments.simulate import simulate
 
         env = make_env(spec["setting"])
         policies = make_policies(
@@ -142,7 +142,7 @@ def _ebm_synthetic() -> None:
         return ds
 
     def write(p, results, out, annotate):
-        from .ebm import write_results
+        from hierbandit.experiments.ebm import write_results
 
         return _write_regret_groups(
             results, annotate, lambda name, ds: write_results(ds, out, name)
@@ -165,14 +165,14 @@ def _ebm_synthetic() -> None:
 
 # ---------------------------------------------------------------------- ebm: Figure 4
 def _ebm_real() -> None:
-    from .ebm import POLICY_NAMES
-    from .ebm_real import REAL_EXPERIMENTS
+    from hierbandit.experiments.ebm import POLICY_NAMES
+    from hierbandit.experiments.ebm_real import REAL_EXPERIMENTS
 
     def cells(p: Mapping[str, Any]) -> list[Cell]:
         return _seed_cells(p, [(d, {"dataset": d}) for d in p["datasets"]])
 
     def run(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Any) -> xr.Dataset:
-        from .ebm_real import run_real
+        from hierbandit.experiments.ebm_real import run_real
 
         name = spec["dataset"]
         return run_real(
@@ -186,7 +186,7 @@ def _ebm_real() -> None:
         )
 
     def write(p, results, out, annotate):
-        from .ebm_real import write_real
+        from hierbandit.experiments.ebm_real import write_real
 
         def write_one(name: str, ds: xr.Dataset) -> dict[str, Path]:
             ds.attrs["scale"] = f"horizon / {p['horizon_divisor']}"
@@ -218,7 +218,7 @@ def _ebm_real() -> None:
 
 # ---------------------------------------------------------------------- cascading: Figure 5
 def _cascade() -> None:
-    from .cascade import REPRODUCTION_POLICIES, make_policies
+    from hierbandit.experiments.cascade import REPRODUCTION_POLICIES, make_policies
 
     known = (*REPRODUCTION_POLICIES, "UCBBP-MAP", "AUCBBP-MAP", "AUCBBP-active")
 
@@ -226,8 +226,8 @@ def _cascade() -> None:
         return _seed_cells(p, [(f"N-{n}", {"n_users": n}) for n in sorted(p["n_users"])])
 
     def run(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Any) -> xr.Dataset:
-        from ..envs.cascade import CascadeEnv
-        from .cascade import simulate_cascade
+        from hierbandit.cascade.env import CascadeEnv
+        from hierbandit.experiments.cascade import simulate_cascade
 
         env = CascadeEnv.preset("mccb-repro", n_users=spec["n_users"])
         return simulate_cascade(
@@ -240,7 +240,12 @@ def _cascade() -> None:
         )
 
     def write(p, results, out, annotate):
-        from .cascade import _markdown, combine_n_users, summary_table, write_reproduction
+        from hierbandit.experiments.cascade import (
+            _markdown,
+            combine_n_users,
+            summary_table,
+            write_reproduction,
+        )
 
         per_n = {
             int(prefix.split("-")[1]): _concat(parts, "seed")
@@ -269,13 +274,13 @@ def _cascade() -> None:
 
 # ---------------------------------------------------------------------- SCLUB: Table 1
 def _sclub() -> None:
-    from .sclub import POLICY_NAMES, SETTINGS
+    from hierbandit.experiments.sclub import POLICY_NAMES, SETTINGS
 
     def cells(p: Mapping[str, Any]) -> list[Cell]:
         return _seed_cells(p, [(s, {"setting": s}) for s in p["settings"]])
 
     def run(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Any) -> xr.Dataset:
-        from .sclub import run_setting
+        from hierbandit.experiments.sclub import run_setting
 
         return run_setting(
             spec["setting"],
@@ -293,7 +298,7 @@ def _sclub() -> None:
         )
 
     def write(p, results, out, annotate):
-        from .sclub import check_claims, regret_table, write_results
+        from hierbandit.experiments.sclub import check_claims, regret_table, write_results
 
         datasets = {}
         for setting, parts in _grouped(results).items():
@@ -374,7 +379,7 @@ def _lambda_tilde(value: str) -> float | str:
 
 
 def _offline() -> None:
-    from .offline import ALGORITHMS, STREAM_ALGORITHMS
+    from hierbandit.experiments.offline import ALGORITHMS, STREAM_ALGORITHMS
 
     def sizes(p: Mapping[str, Any]) -> tuple[list[int], list[int]]:
         suff = sorted(p["sufficient_sizes"]) if "sufficient" in p["parts"] else []
@@ -405,7 +410,7 @@ def _offline() -> None:
         return out
 
     def run(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Mapping[str, xr.Dataset]):
-        from .offline import run_offline, tuned_on
+        from hierbandit.experiments.offline import run_offline, tuned_on
 
         tuned = {}
         if deps:
@@ -425,7 +430,7 @@ def _offline() -> None:
         )
 
     def write(p, results, out, annotate):
-        from .offline import _markdown, subopt_table, write_offline_results
+        from hierbandit.experiments.offline import _markdown, subopt_table, write_offline_results
 
         suff, insuff = sizes(p)
 
@@ -498,8 +503,8 @@ def _boc() -> None:
         return out
 
     def run(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Any) -> xr.Dataset:
-        from ..envs.boc import digits_instance, iris_instance, synthetic_instance
-        from .boc import run_part
+        from hierbandit.boc.instances import digits_instance, iris_instance, synthetic_instance
+        from hierbandit.experiments.boc import run_part
 
         part, name = spec["part"], spec["instance"]
         if part == "synthetic":
@@ -521,7 +526,7 @@ def _boc() -> None:
         return ds
 
     def write(p, results, out, annotate):
-        from .boc import write_reproduction
+        from hierbandit.experiments.boc import write_reproduction
 
         groups: dict[str, dict[str, xr.Dataset]] = {"synthetic": {}, "real": {}, "table2": {}}
         for prefix, parts in _grouped(results).items():

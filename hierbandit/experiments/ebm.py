@@ -19,10 +19,9 @@ from typing import Any
 
 import xarray as xr
 
-from .._io import write_dataset
-from ..envs import HierarchicalLinearEnv
-from ..policies import EbmTS, EbmUCB, Policy
-from .simulate import regret_table, simulate
+from hierbandit._io import write_dataset
+from hierbandit.ebm import EbmTS, EbmUCB, HierarchicalLinearEnv, Policy
+from hierbandit.experiments.simulate import regret_table, simulate
 
 __all__ = [
     "FIGURE_POLICY_NAMES",
@@ -64,8 +63,8 @@ def make_policies(
     **ebm_kwargs: Any,
 ) -> dict[str, Policy]:
     """The paper's policies with their published defaults (fresh, untrained)."""
-    from ..policies.linear import LinTS, LinUCB, OLSBandit
-    from ..policies.rmbandit import RMBandit
+    from hierbandit.ebm.linear import LinTS, LinUCB, OLSBandit
+    from hierbandit.ebm.rmbandit import RMBandit
 
     classes: dict[str, tuple[type[Policy], dict[str, Any]]] = {
         "EbmTS": (EbmTS, ebm_kwargs),
@@ -126,7 +125,7 @@ def write_results(
     import matplotlib
 
     matplotlib.use("Agg")
-    from .plotting import plot_regret_panels
+    from hierbandit.experiments.plotting import plot_regret_panels
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """The ebm paper's real-data experiments (§7.2, Figure 4) on data sets that ship with packages.
 
-Each experiment builds semi-synthetic tasks from real data (:mod:`hierbandit.data.ebm_real`),
+Each experiment builds semi-synthetic tasks from real data (:mod:`hierbandit.ebm.real_tasks`),
 draws fresh instance coefficients for every seed (common random numbers: every policy faces the
 same coefficients, arrivals, contexts and noise on a seed) and runs the ebm paper's policies with
 their published defaults (EbmTS/EbmUCB λ = 0.001, a = 0.1; LinTS v = 1; LinUCB α = 1; OLSBandit
@@ -17,10 +17,10 @@ from typing import Any
 
 import xarray as xr
 
-from .._validation import check_choice, check_positive_int
-from ..data.ebm_real import REAL_TASKS, make_real_tasks
-from .ebm import POLICY_NAMES, make_policies, write_results
-from .simulate import simulate
+from hierbandit._validation import check_choice, check_positive_int
+from hierbandit.ebm.real_tasks import REAL_TASKS, make_real_tasks
+from hierbandit.experiments.ebm import POLICY_NAMES, make_policies, write_results
+from hierbandit.experiments.simulate import simulate
 
 __all__ = ["REAL_EXPERIMENTS", "SCALES", "run_real", "write_real"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from .._validation import check_positive_int
+from hierbandit._validation import check_positive_int
 
 __all__ = ["DaskExecutor", "InProcessExecutor", "ProcessPoolCellExecutor", "make_executor"]
 

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import __version__
-from .._io import to_jsonable, write_json
-from .._validation import check_positive_int
+from hierbandit._io import to_jsonable, write_json
+from hierbandit._validation import check_positive_int
+from hierbandit._version import __version__
 
 __all__ = [
     "MODEL_METHODS",
@@ -237,7 +237,7 @@ def _without_instance_draws(prior: Any) -> tuple[Any, dict[str, Any]]:
     """A copy of an MCMC prior whose InferenceData keeps the hyperparameter draws only."""
     import arviz as az
 
-    from ..bayes.prior import HierarchicalPrior
+    from hierbandit.bayes.prior import HierarchicalPrior
 
     idata = prior.idata
     groups = {g: idata[g] for g in idata.groups()}
@@ -305,8 +305,8 @@ def build_models(
     ValueError
         On an unknown method or invalid settings, before anything is fitted.
     """
-    from ..bayes import diagnose, fit_prior
-    from ..data import movielens_log, read_log
+    from hierbandit.bayes import diagnose, fit_prior
+    from hierbandit.data import movielens_log, read_log
 
     methods = list(methods)
     unknown = [m for m in methods if m not in MODEL_METHODS]

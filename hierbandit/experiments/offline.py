@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._io import atomic_write, write_dataset, write_json
-from .._validation import check_choice, check_positive_int
-from ..offline import (
+from hierbandit._io import atomic_write, write_dataset, write_json
+from hierbandit._validation import check_choice, check_positive_int
+from hierbandit.offline import (
     ARMUL,
     CLUBOffline,
     DBSCANImprove,
@@ -52,7 +52,7 @@ from ..offline import (
     movielens_thetas,
     user_probabilities,
 )
-from ..offline.base import OfflineModel
+from hierbandit.offline.base import OfflineModel
 
 __all__ = [
     "ALGORITHMS",

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xarray as xr
 
-from .._validation import check_choice
-from .simulate import cumulative_regret
+from hierbandit._validation import check_choice
+from hierbandit.experiments.simulate import cumulative_regret
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes

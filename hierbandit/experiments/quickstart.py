@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .. import __version__
-from .._io import write_dataset, write_json
-from .._validation import check_positive_int
-from ..envs.prior_drawn import PriorDrawnEnv, env_from_prior
-from .models_build import data_provenance, package_versions
+from hierbandit._io import write_dataset, write_json
+from hierbandit._validation import check_positive_int
+from hierbandit._version import __version__
+from hierbandit.ebm.prior_env import PriorDrawnEnv, env_from_prior
+from hierbandit.experiments.models_build import data_provenance, package_versions
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -381,11 +381,11 @@ def run_quickstart(
     for the full-Bayes fit and 70 s for sampling vs closed form); see the module docstring
     for the choices that keep it there.
     """
-    from ..bayes import compare_closed_form, diagnose, fit_prior
-    from ..data import movielens_log, read_log
-    from ..policies import EbmTS, LinTS
-    from .plotting import plot_regret_panels
-    from .simulate import regret_table, simulate
+    from hierbandit.bayes import compare_closed_form, diagnose, fit_prior
+    from hierbandit.data import movielens_log, read_log
+    from hierbandit.ebm import EbmTS, LinTS
+    from hierbandit.experiments.plotting import plot_regret_panels
+    from hierbandit.experiments.simulate import regret_table, simulate
 
     draws = check_positive_int(draws, "draws")
     tune = check_positive_int(tune, "tune", minimum=0)

@@ -327,7 +327,7 @@ def register(
 
 
 def _ensure_catalog() -> None:
-    from . import catalog  # noqa: F401  (registers the experiments)
+    from hierbandit.experiments import catalog  # noqa: F401  (registers the experiments)
 
 
 def list_experiments() -> list[Experiment]:

@@ -29,11 +29,11 @@ from typing import Any
 
 import xarray as xr
 
-from .._container import read_netcdf
-from .._io import atomic_write, write_dataset, write_json
-from ..errors import InvalidFileError
-from .executors import make_executor
-from .registry import Cell, Experiment, get_experiment
+from hierbandit._container import read_netcdf
+from hierbandit._io import atomic_write, write_dataset, write_json
+from hierbandit.errors import InvalidFileError
+from hierbandit.experiments.executors import make_executor
+from hierbandit.experiments.registry import Cell, Experiment, get_experiment
 
 __all__ = ["ExperimentRun", "run_cell", "run_experiment"]
 
@@ -185,7 +185,7 @@ def run_experiment(
     -------
     ExperimentRun
     """
-    from .. import __version__
+    from hierbandit import __version__
 
     exp = get_experiment(name)
     resolved = exp.resolve(scale, params)

@@ -1,7 +1,7 @@
 """Simulation runner and reproduction of the SCLUB paper's experiments (§5, Table 1, Figure 2).
 
 :func:`simulate_clustering` plays clustering policies against an environment of
-:mod:`hierbandit.envs.clustered` over many seeds with common random numbers and returns an
+:mod:`hierbandit.sclub.env` over many seeds with common random numbers and returns an
 :class:`xarray.Dataset` with dimensions (policy, seed, step): cumulative regret and number of
 clusters over time, final clusterings and timings.
 
@@ -38,11 +38,11 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._io import write_dataset, write_json
-from .._validation import check_bool, check_choice, check_positive_int, check_scalar
-from ..envs.clustered import ClusteredLinearEnv, MovieLensEnv
-from ..policies.clustering import CLUB, SCLUB, ClusteringPolicy, LinUCBInd, LinUCBOne
-from ._config import check_seed, config_json, resolve_factories, seed_children
+from hierbandit._io import write_dataset, write_json
+from hierbandit._validation import check_bool, check_choice, check_positive_int, check_scalar
+from hierbandit.experiments._config import check_seed, config_json, resolve_factories, seed_children
+from hierbandit.sclub.env import ClusteredLinearEnv, MovieLensEnv
+from hierbandit.sclub.policies import CLUB, SCLUB, ClusteringPolicy, LinUCBInd, LinUCBOne
 
 __all__ = [
     "POLICY_NAMES",
@@ -208,11 +208,11 @@ def simulate_clustering(
     Parameters
     ----------
     policies
-        Mapping name → :class:`~hierbandit.policies.clustering.ClusteringPolicy` (cloned per seed
+        Mapping name → :class:`~hierbandit.sclub.policies.ClusteringPolicy` (cloned per seed
         with ``clone(rng=...)``) or name → ``callable(rng)`` returning a fresh policy.
     env
-        :class:`~hierbandit.envs.clustered.ClusteredLinearEnv` or
-        :class:`~hierbandit.envs.clustered.MovieLensEnv`.
+        :class:`~hierbandit.sclub.env.ClusteredLinearEnv` or
+        :class:`~hierbandit.sclub.env.MovieLensEnv`.
     horizon
         Rounds per run ``T``.
     n_seeds
@@ -250,7 +250,7 @@ def simulate_clustering(
 
         ``attrs`` record the configuration (environment and policies as JSON, horizon, seeds).
     """
-    from .. import __version__
+    from hierbandit import __version__
 
     factories = _resolve_policies(policies)
     _check_env(env)
@@ -422,7 +422,7 @@ def make_policies(
 
     ``preset="paper"`` uses the package defaults (the paper's rules with the reference code's
     thresholds, specs/clustering.md C-17); ``preset="reference"`` the reference code's
-    configuration (:meth:`~hierbandit.policies.clustering.ClusteringPolicy.reference`).
+    configuration (:meth:`~hierbandit.sclub.policies.ClusteringPolicy.reference`).
     ``overrides`` maps a policy name to extra constructor arguments.
     """
     check_choice(preset, ("paper", "reference"), "preset")
@@ -520,8 +520,8 @@ def audit_clustering(
     """Audit a trained policy's clustering with the user-level mixture of linear regressions.
 
     The mixture (specs/clustering.md D2) is fitted to the policy's logged per-user statistics
-    (G_i, b_i, Σy², T_i) by EM (:func:`~hierbandit.stats.mixture_em.fit_mixture_em`,
-    ``method="em"``) or by NUTS on the PyMC model (:func:`~hierbandit.bayes.mixture.fit_mixture`,
+    (G_i, b_i, Σy², T_i) by EM (:func:`~hierbandit.sclub.mixture_em.fit_mixture_em`,
+    ``method="em"``) or by NUTS on the PyMC model (:func:`~hierbandit.bayes.sclub.fit_mixture`,
     ``method="nuts"``, imported lazily).
 
     Returns
@@ -533,8 +533,8 @@ def audit_clustering(
         ``ari_mixture_truth``; ``mixture_occupied`` (components with at least one user) and
         ``policy_n_clusters``.
     """
-    from ..stats.mixture_em import fit_mixture_em
-    from ..stats.partitions import adjusted_rand_index
+    from hierbandit.sclub.mixture_em import fit_mixture_em
+    from hierbandit.stats.partitions import adjusted_rand_index
 
     check_choice(method, ("em", "nuts"), "method")
     stats = policy.user_stats()
@@ -544,7 +544,7 @@ def audit_clustering(
         P = res.coclustering()
         mix = res.labels
     else:
-        from ..bayes.mixture import fit_mixture, mixture_model, posterior_summary
+        from hierbandit.bayes.sclub import fit_mixture, mixture_model, posterior_summary
 
         model = mixture_model(G, b, rr, n, n_components)
         idata = fit_mixture(model, **fit_kwargs)
@@ -603,7 +603,7 @@ def check_claims(datasets: Mapping[str, xr.Dataset]) -> dict[str, Any]:
             res["one_worst"] = bool(tab.loc["LinUCB-One", "mean"] > others.max())
         m = int(ds.attrs.get("true_n_clusters", 0))
         if kind == "synthetic" and m and "SCLUB" in tab.index:
-            from ..stats.partitions import adjusted_rand_index
+            from hierbandit.stats.partitions import adjusted_rand_index
 
             k = float(tab.loc["SCLUB", "final_clusters"])
             res["sclub_final_clusters"] = k
@@ -663,7 +663,7 @@ def write_results(datasets: Mapping[str, xr.Dataset], out_dir: str | Path) -> di
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .._io import atomic_write
+    from hierbandit._io import atomic_write
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -30,9 +30,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._validation import check_bool, check_choice, check_index, check_positive_int
-from ..policies.base import Policy
-from ._config import check_seed, config_json, resolve_factories, seed_children
+from hierbandit._validation import check_bool, check_choice, check_index, check_positive_int
+from hierbandit.ebm.base import Policy
+from hierbandit.experiments._config import check_seed, config_json, resolve_factories, seed_children
 
 __all__ = ["cumulative_regret", "regret_table", "simulate"]
 
@@ -117,7 +117,7 @@ def _run_policy_oracle(
 class _Batched:
     """The ``vectorize`` dispatch of :func:`simulate`: collects the runs of supported policies
     and executes them, many seeds at once, with the compiled loop of
-    :mod:`hierbandit.experiments.vectorized`."""
+    :mod:`hierbandit.ebm.compiled`."""
 
     #: pending rollout data (bytes) that triggers a flush
     max_bytes = 1 << 28
@@ -133,7 +133,7 @@ class _Batched:
     def accepts(self, policy: Policy, name: str) -> bool:
         if not self.enabled:
             return False
-        from .vectorized import batched_unsupported
+        from hierbandit.ebm.compiled import batched_unsupported
 
         why = batched_unsupported(policy)
         if why is not None and self.strict:
@@ -141,34 +141,34 @@ class _Batched:
         return why is None
 
     def add(self, i: int, s: int, policy: Policy, instance: Any, context: Any, rest: tuple) -> None:
-        from .vectorized import _as_input, _make_job
+        from hierbandit.ebm.compiled import as_input, make_job
 
-        inst = _as_input(instance, np.int64)
+        inst = as_input(instance, np.int64)
         if inst.shape != (self.T,) or inst.min() < 0 or inst.max() >= self.N:
             raise ValueError(f"env.rollout returned instances outside [0, {self.N})")
-        X = _as_input(context, float)
-        R = _as_input(rest[2], float)
+        X = as_input(context, float)
+        R = as_input(rest[2], float)
         if X.shape != (self.T, policy.n_features) or R.shape != (self.T, policy.n_arms):
             raise ValueError(
                 f"env.rollout returned contexts {X.shape} and rewards {R.shape}; expected "
                 f"{(self.T, policy.n_features)} and {(self.T, policy.n_arms)}"
             )
         arms = np.empty(self.T, dtype=np.int64)
-        self.jobs.append((_make_job(policy, inst, X, R, arms), i, s, arms, rest, policy))
+        self.jobs.append((make_job(policy, inst, X, R, arms), i, s, arms, rest, policy))
         self.bytes += X.nbytes + 2 * R.nbytes + 24 * self.T
 
     def full(self) -> bool:
-        from .vectorized import default_threads
+        from hierbandit.ebm.compiled import default_threads
 
         return self.bytes >= self.max_bytes and len(self.jobs) >= default_threads()
 
     def flush(self, finish: Callable[..., None]) -> None:
         if not self.jobs:
             return
-        from .vectorized import _run_jobs, default_threads
+        from hierbandit.ebm.compiled import default_threads, run_jobs
 
         jobs, self.jobs, self.bytes = self.jobs, [], 0
-        _run_jobs([job[0] for job in jobs], default_threads(), [job[5] for job in jobs])
+        run_jobs([job[0] for job in jobs], default_threads(), [job[5] for job in jobs])
         for _, i, s, arms, (name, mean, table, best), _ in jobs:
             finish(i, s, name, arms, mean, table, best)
 
@@ -192,11 +192,11 @@ def simulate(
     Parameters
     ----------
     policies
-        Mapping name → :class:`~hierbandit.policies.Policy` (cloned per seed with
+        Mapping name → :class:`~hierbandit.ebm.Policy` (cloned per seed with
         ``policy.clone(rng=...)``; the instance itself is never trained) or name →
         ``callable(rng)`` returning a fresh policy. Names become the ``policy`` coordinate.
     env
-        Environment, e.g. :class:`~hierbandit.envs.HierarchicalLinearEnv`: anything with
+        Environment, e.g. :class:`~hierbandit.ebm.HierarchicalLinearEnv`: anything with
         ``n_instances``, ``n_arms``, ``n_features``, ``clone(rng)`` and ``rollout(horizon, rng)``
         (and ``beta``, ``arrival_probs`` for ``oracle_regret``).
     horizon
@@ -225,8 +225,8 @@ def simulate(
         it is run in, so a sweep can be split into independent parts.
     vectorize : {"auto", True, False}, default "auto"
         Run the horizon of each policy in a compiled loop, many seeds at once on
-        ``numba.get_num_threads()`` threads (:mod:`hierbandit.experiments.vectorized`).
-        ``"auto"`` does so for every policy :func:`~hierbandit.experiments.batched_unsupported`
+        ``numba.get_num_threads()`` threads (:mod:`hierbandit.ebm.compiled`).
+        ``"auto"`` does so for every policy :func:`~hierbandit.ebm.batched_unsupported`
         accepts (EbmTS, EbmUCB, LinUCB, LinTS) and runs the others in the Python loop; ``True``
         raises ``TypeError`` for any other policy; ``False`` always uses the Python loop. The
         Dataset is bit-for-bit the same either way. ``oracle_regret`` needs the Python loop
@@ -257,7 +257,7 @@ def simulate(
     The loop calls the unchecked ``policy._select(j, x)`` and ``policy._update(j, x, k, y)``;
     each policy gets its own writable copy of the context rows.
     """
-    from .. import __version__
+    from hierbandit import __version__
 
     factories = _resolve_policies(policies)
     _check_env(env)

@@ -13,8 +13,8 @@ reward) rows, then choose an action for a test user from any action set.
 * Evaluation: :func:`evaluate`, :func:`gamma_sweep`, :func:`gamma_grid`.
 """
 
-from .base import OfflineModel, UserGraph
-from .baselines import (
+from hierbandit.offline.base import OfflineModel, UserGraph
+from hierbandit.offline.baselines import (
     ARMUL,
     CLUBOffline,
     DBSCANImprove,
@@ -22,11 +22,11 @@ from .baselines import (
     SCLUBOffline,
     XMeansImprove,
 )
-from .c2lub import OffC2LUB, gamma_grid
-from .club import OffCLUB
-from .dataset import OfflineDataset, read_offline
-from .evaluate import evaluate, gamma_sweep
-from .generate import (
+from hierbandit.offline.c2lub import OffC2LUB, gamma_grid
+from hierbandit.offline.club import OffCLUB
+from hierbandit.offline.dataset import OfflineDataset, read_offline
+from hierbandit.offline.evaluate import evaluate, gamma_sweep
+from hierbandit.offline.generate import (
     OfflineTestSet,
     cluster_thetas,
     generate_offline,

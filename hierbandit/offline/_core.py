@@ -24,8 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from ..stats.ridge import RidgeStats, suff_add
-from ..stats.suffstats import SuffStats
+from hierbandit.stats.ridge import RidgeStats, suff_add
+from hierbandit.stats.suffstats import SuffStats
 
 __all__ = [
     "aggregate_block",

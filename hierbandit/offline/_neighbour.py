@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._validation import check_choice, check_positive_int, check_scalar
-from ._core import (
+from hierbandit._validation import check_choice, check_positive_int, check_scalar
+from hierbandit.offline._core import (
     aggregate_block,
     ci_eigen,
     ci_paper,
@@ -21,8 +21,8 @@ from ._core import (
     row_blocks,
     smoothed_regularity,
 )
-from .base import OfflineModel, UserGraph, graph_from_adjacency
-from .dataset import OfflineDataset
+from hierbandit.offline.base import OfflineModel, UserGraph, graph_from_adjacency
+from hierbandit.offline.dataset import OfflineDataset
 
 __all__ = ["NeighbourModel"]
 

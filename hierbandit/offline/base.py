@@ -23,9 +23,9 @@ import numpy as np
 import scipy.sparse as sp
 import xarray as xr
 
-from .._validation import MAX_ABS, _check_finite, as_generator, check_index, check_scalar
-from ._core import argmax_random_ties, lcb_ucb_scores
-from .dataset import OfflineDataset, as_offline_dataset
+from hierbandit._validation import MAX_ABS, _check_finite, as_generator, check_index, check_scalar
+from hierbandit.offline._core import argmax_random_ties, lcb_ucb_scores
+from hierbandit.offline.dataset import OfflineDataset, as_offline_dataset
 
 __all__ = ["OfflineModel", "UserGraph"]
 

@@ -25,7 +25,7 @@ information about where they belong).
 
 ``CLUBOffline`` and ``SCLUBOffline`` also offer the spec's ``mode="stream"``: the training rows,
 in a random order drawn from the model's ``rng``, are replayed through the online algorithm's
-update and clustering rules (:class:`hierbandit.policies.CLUB`, :class:`hierbandit.policies.SCLUB`)
+update and clustering rules (:class:`hierbandit.sclub.CLUB`, :class:`hierbandit.sclub.SCLUB`)
 with the logged actions in place of its recommendations ("treating the dataset as a one-shot
 interaction stream"); the partition it ends with is frozen and the decision is the same
 optimistic one on the cluster's pooled statistics as in ``batch`` mode.
@@ -39,10 +39,16 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from .._validation import check_choice, check_positive_int, check_scalar
-from ._core import beta_radius, confidence_F, distance_block, ridge_solve, row_blocks
-from .base import OfflineModel, UserGraph, graph_from_labels
-from .dataset import OfflineDataset
+from hierbandit._validation import check_choice, check_positive_int, check_scalar
+from hierbandit.offline._core import (
+    beta_radius,
+    confidence_F,
+    distance_block,
+    ridge_solve,
+    row_blocks,
+)
+from hierbandit.offline.base import OfflineModel, UserGraph, graph_from_labels
+from hierbandit.offline.dataset import OfflineDataset
 
 __all__ = [
     "ARMUL",
@@ -184,7 +190,7 @@ class CLUBOffline(_ClusterModel):
         Edge-deletion scale α₂ (unspecified in the papers; 1 in the SCLUB reference code).
     mode : {"batch", "stream"}, default "batch"
         ``"batch"``: one deletion pass on the final estimates (spec §A6). ``"stream"``: the rows
-        replayed in a random order through online :class:`~hierbandit.policies.CLUB` on the
+        replayed in a random order through online :class:`~hierbandit.sclub.CLUB` on the
         complete graph, whose edges are deleted as the estimates evolve (a deleted edge never
         comes back); its final components are the clusters.
     lam, delta : float, default 0.5, 0.01
@@ -208,7 +214,7 @@ class CLUBOffline(_ClusterModel):
 
     def _cluster(self, ds, G, b, n, theta):
         if self.mode == "stream":
-            from ..policies.clustering import CLUB
+            from hierbandit.sclub.policies import CLUB
 
             online = CLUB(
                 ds.n_users, ds.n_features, alpha_2=self.alpha2, graph="complete", reg=self.lam,
@@ -255,7 +261,7 @@ class SCLUBOffline(_ClusterModel):
     max_passes : int, default 50
     mode : {"batch", "stream"}, default "batch"
         ``"batch"``: the passes above on the final estimates (spec §A6). ``"stream"``: the rows
-        replayed in a random order through online :class:`~hierbandit.policies.SCLUB` (Algorithms
+        replayed in a random order through online :class:`~hierbandit.sclub.SCLUB` (Algorithms
         1–4 with the same ``alpha_theta``, ``alpha_p``, ``use_frequency`` and ``freq_test``); its
         final partition is the clustering (``max_passes`` is unused).
     lam, delta : float, default 0.5, 0.01
@@ -289,7 +295,7 @@ class SCLUBOffline(_ClusterModel):
 
     def _cluster(self, ds, G, b, n, theta):
         if self.mode == "stream":
-            from ..policies.clustering import SCLUB
+            from hierbandit.sclub.policies import SCLUB
 
             online = SCLUB(
                 ds.n_users, ds.n_features, alpha_theta=self.alpha_theta, alpha_p=self.alpha_p,
@@ -648,7 +654,7 @@ class ARMUL(OfflineModel):
         return theta
 
     def _fit(self, ds: OfflineDataset) -> dict[str, Any]:
-        from ._core import user_suffstats
+        from hierbandit.offline._core import user_suffstats
 
         G, b, _, n = ds.suffstats()
         U, d = b.shape

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_choice, check_positive_int, check_scalar
-from ._core import beta_radius, ridge_solve, row_blocks
-from ._neighbour import NeighbourModel
-from .dataset import OfflineDataset
+from hierbandit._validation import check_choice, check_positive_int, check_scalar
+from hierbandit.offline._core import beta_radius, ridge_solve, row_blocks
+from hierbandit.offline._neighbour import NeighbourModel
+from hierbandit.offline.dataset import OfflineDataset
 
 __all__ = ["GAMMA_POLICIES", "OffC2LUB", "gamma_grid"]
 

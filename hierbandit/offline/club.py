@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ._core import beta_radius, ridge_solve
-from ._neighbour import NeighbourModel
-from .dataset import OfflineDataset
+from hierbandit.offline._core import beta_radius, ridge_solve
+from hierbandit.offline._neighbour import NeighbourModel
+from hierbandit.offline.dataset import OfflineDataset
 
 __all__ = ["OffCLUB"]
 

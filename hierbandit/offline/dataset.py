@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._validation import MAX_ABS, check_positive_int
-from ..stats.suffstats import SuffStats
-from ._core import user_suffstats
+from hierbandit._validation import MAX_ABS, check_positive_int
+from hierbandit.offline._core import user_suffstats
+from hierbandit.stats.suffstats import SuffStats
 
 __all__ = ["OfflineDataset", "as_offline_dataset", "read_offline"]
 
@@ -351,7 +351,7 @@ def read_offline(
     >>> ds.n_users, ds.user_ids.tolist(), ds.users.tolist()
     (2, [3, 10], [1, 0, 1])
     """
-    from ..data.log import read_log
+    from hierbandit.data.log import read_log
 
     if isinstance(data, OfflineDataset):
         return data

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 
-from .base import OfflineModel
-from .c2lub import OffC2LUB, gamma_grid
-from .generate import OfflineTestSet, suboptimality
+from hierbandit.offline.base import OfflineModel
+from hierbandit.offline.c2lub import OffC2LUB, gamma_grid
+from hierbandit.offline.generate import OfflineTestSet, suboptimality
 
 __all__ = ["evaluate", "gamma_sweep"]
 

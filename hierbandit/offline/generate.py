@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .._validation import (
+from hierbandit._validation import (
     MAX_ABS,
     _as_float_array,
     as_generator,
@@ -40,8 +40,8 @@ from .._validation import (
     check_positive_int,
     check_scalar,
 )
-from ..stats.ridge import sherman_morrison_add
-from .dataset import OfflineDataset
+from hierbandit.offline.dataset import OfflineDataset
+from hierbandit.stats.ridge import sherman_morrison_add
 
 __all__ = [
     "OfflineTestSet",
@@ -435,7 +435,7 @@ def movielens_thetas(
     """
     from sklearn.cluster import KMeans
 
-    from ..data.movielens import rating_matrix
+    from hierbandit.data.movielens import rating_matrix
 
     d = check_positive_int(n_features, "n_features")
     check_choice(theta_transform, ("unit", "sclub"), "theta_transform")

@@ -1,7 +1,6 @@
 """The statistics core: sufficient statistics and exact conjugate algebra shared by every algorithm."""
 
-from .cluster_stats import ClusterStats, confidence_F
-from .empirical_bayes import (
+from hierbandit.stats.empirical_bayes import (
     EBOptions,
     EBResult,
     bickel_levina_threshold,
@@ -13,14 +12,14 @@ from .empirical_bayes import (
     scatter_covariance,
     threshold_covariance,
 )
-from .hierarchical import (
+from hierbandit.stats.hierarchical import (
     HierarchicalPosterior,
     IncrementalHierarchicalPosterior,
     hierarchical_posterior,
     posterior_cross_covariances,
     posterior_given_hyper,
 )
-from .logistic import (
+from hierbandit.stats.logistic import (
     LaplaceApproximation,
     OnlineLogistic,
     laplace_approximation,
@@ -29,31 +28,26 @@ from .logistic import (
     penalized_map,
     predictive_click_probability,
 )
-from .marginal import MLResult, collapsed_loglik, fit_type2_ml, marginal_loglik
-from .mixture_em import MixtureEMResult, fit_mixture_em
-from .ridge import OLSStats, RidgeStats, ols_solve
-from .suffstats import SuffStats, suffstats
+from hierbandit.stats.marginal import MLResult, collapsed_loglik, fit_type2_ml, marginal_loglik
+from hierbandit.stats.ridge import OLSStats, RidgeStats, ols_solve
+from hierbandit.stats.suffstats import SuffStats, suffstats
 
 __all__ = [
-    "ClusterStats",
     "EBOptions",
     "EBResult",
     "HierarchicalPosterior",
     "IncrementalHierarchicalPosterior",
     "LaplaceApproximation",
     "MLResult",
-    "MixtureEMResult",
     "OLSStats",
     "OnlineLogistic",
     "RidgeStats",
     "SuffStats",
     "bickel_levina_threshold",
     "collapsed_loglik",
-    "confidence_F",
     "empirical_bayes",
     "estimate_Sigma",
     "estimate_sigma2",
-    "fit_mixture_em",
     "fit_type2_ml",
     "hierarchical_posterior",
     "laplace_approximation",

@@ -16,9 +16,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._validation import as_generator, check_covariance, check_scalar, check_variance
-from . import _kernels as K
-from .hierarchical import HierarchicalPosterior, _posterior_from_stats, shared_prior_arrays
+from hierbandit._validation import as_generator, check_covariance, check_scalar, check_variance
+from hierbandit.stats import kernels as K
+from hierbandit.stats.hierarchical import (
+    HierarchicalPosterior,
+    _posterior_from_stats,
+    shared_prior_arrays,
+)
 
 __all__ = [
     "EBOptions",

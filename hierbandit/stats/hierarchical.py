@@ -21,9 +21,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import xarray as xr
 
-from .._validation import check_covariance, check_index, check_scalar, check_vector
-from . import _kernels as K
-from .suffstats import suffstats
+from hierbandit._validation import check_covariance, check_index, check_scalar, check_vector
+from hierbandit.stats import kernels as K
+from hierbandit.stats.suffstats import suffstats
 
 __all__ = [
     "HierarchicalPosterior",

@@ -32,8 +32,8 @@ import numpy as np
 import scipy.linalg
 from scipy.special import expit
 
-from .._validation import check_choice, check_scalar
-from . import _kernels as _K
+from hierbandit._validation import check_choice, check_scalar
+from hierbandit.stats import linalg
 
 __all__ = [
     "UPDATES",
@@ -176,7 +176,7 @@ def spd_factor(A: np.ndarray, floor: float | None = None) -> np.ndarray:
 
     LAPACK's factorisation is used when it succeeds. When rounding has made ``A`` numerically
     indefinite (a regulariser below the resolution of huge data), every pivot is floored at
-    ``floor`` instead (:func:`~hierbandit.stats._kernels.cholesky_floored`): each exact pivot
+    ``floor`` instead (:func:`~hierbandit.stats.linalg.cholesky_floored`): each exact pivot
     is a Schur complement of ``A`` and so at least ``floor``. Without ``floor`` the floor is
     p·ε·max diag(A), the resolution of float64. The result is always a finite factor of a
     positive definite matrix (for finite ``A``).
@@ -191,7 +191,7 @@ def spd_factor(A: np.ndarray, floor: float | None = None) -> np.ndarray:
         floor = p * np.finfo(float).eps * top
     floor = max(float(floor), np.finfo(float).tiny)
     L = np.empty((p, p))
-    _K.cholesky_floored(np.ascontiguousarray(0.5 * (A + A.T)), floor, L)
+    linalg.cholesky_floored(np.ascontiguousarray(0.5 * (A + A.T)), floor, L)
     return L
 
 

@@ -49,9 +49,10 @@ import numpy as np
 from numba import njit
 from scipy import optimize
 
-from .._validation import check_covariance, check_positive_int, check_scalar, check_vector
-from . import _kernels as K
-from .empirical_bayes import _check_counts, _stats_arrays
+from hierbandit._validation import check_covariance, check_positive_int, check_scalar, check_vector
+from hierbandit.stats import kernels as K
+from hierbandit.stats import linalg
+from hierbandit.stats.empirical_bayes import _check_counts, _stats_arrays
 
 __all__ = ["MLResult", "collapsed_loglik", "fit_type2_ml", "marginal_loglik"]
 
@@ -110,7 +111,7 @@ def _loglik_kernel(G, b, q, n, F, sigma2, lam, profile, grad, beta0, Ct, P, r, g
                     t += sigma2
                 Km[i, k] = t
                 Km[k, i] = t
-        if not K.cholesky_lower(Km, R):
+        if not linalg.cholesky_lower(Km, R):
             return _K_FAILED, np.nan, np.nan, 0.0
         ld = 0.0
         for i in range(d):
@@ -156,12 +157,12 @@ def _loglik_kernel(G, b, q, n, F, sigma2, lam, profile, grad, beta0, Ct, P, r, g
     logdetP = np.nan
     if profile:
         LP = np.empty((d, d))
-        if not K.cholesky_lower(P, LP):
+        if not linalg.cholesky_lower(P, LP):
             return _P_FAILED, np.nan, np.nan, 0.0
         logdetP = 0.0
         for i in range(d):
             logdetP += 2.0 * np.log(LP[i, i])
-        K.cholesky_solve(LP, r, beta0)
+        linalg.cholesky_solve(LP, r, beta0)
     # ---- pass 2: log-likelihood (and gradient) at beta0
     ll = 0.0
     dsig = 0.0

@@ -20,7 +20,7 @@ knows, e.g. its first row carrying a raw count) would cancel all but that fracti
 along x, so the unit is recomputed exactly instead. When rounding hides the ridge in
 reg·I + G (features so large that reg is below the resolution of G in some direction), the
 inverse comes from the diagonally scaled eigendecomposition with the ridge's own bound as the
-floor (:func:`~hierbandit.stats._kernels.psd_inverse_floor`): always symmetric positive
+floor (:func:`~hierbandit.stats.kernels.psd_inverse_floor`): always symmetric positive
 definite.
 
 :func:`ols_solve` and :class:`OLSStats` are the least-squares counterpart used by the
@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .._validation import check_index, check_positive_int, check_scalar, check_vector
-from ._kernels import (
-    SM_LIMIT,
+from hierbandit._validation import check_index, check_positive_int, check_scalar, check_vector
+from hierbandit.stats.kernels import SM_LIMIT
+from hierbandit.stats.linalg import (
     cholesky_lower,
     cholesky_solve,
     full_rank_cholesky,
@@ -47,7 +47,7 @@ from ._kernels import (
     spd_inverse_floor,
     spd_inverse_floor_into,
 )
-from .suffstats import check_regression_data
+from hierbandit.stats.suffstats import check_regression_data
 
 __all__ = ["OLS_RANK_TOL", "SM_LIMIT", "OLSStats", "RidgeStats", "ols_solve"]
 
@@ -78,7 +78,7 @@ def sherman_morrison_step(Ainv, b, theta, u, x, limit):
     ``limit`` (or not a number ≥ 1/2, which a positive definite A⁻¹ cannot give) nothing is
     changed and False is returned; the caller then recomputes the unit exactly (Cholesky).
     Shared by the per-unit statistics here and the cluster statistics of
-    :mod:`hierbandit.stats.cluster_stats`.
+    :mod:`hierbandit.sclub.cluster_stats`.
     """
     d = x.shape[0]
     Ax = np.empty(d)
@@ -108,7 +108,7 @@ def solve_unit(G, b, reg, Ainv, theta, u):
     When rounding has made reg·I + G numerically singular (features so large that reg is below
     the resolution of G in some direction), the inverse comes from the eigendecomposition of
     the diagonally scaled A with its eigenvalues floored at the bound reg·I ⪯ A gives
-    (:func:`~hierbandit.stats._kernels.psd_inverse_floor`), so it is always symmetric
+    (:func:`~hierbandit.stats.kernels.psd_inverse_floor`), so it is always symmetric
     positive definite.
     """
     d = b.shape[1]
@@ -172,7 +172,7 @@ def suff_add(G, b, q, n, u, x, y):
 def ols_solve_unit(G, b, n, ridge, out):
     """Least squares for one unit: G⁻¹b if G is numerically full rank, else (G + ridge·I)⁻¹b.
 
-    G counts as full rank when n ≥ d and :func:`~hierbandit.stats._kernels.full_rank_cholesky`
+    G counts as full rank when n ≥ d and :func:`~hierbandit.stats.kernels.full_rank_cholesky`
     holds with ``OLS_RANK_TOL``. With no data (trace 0) the estimate is 0. Returns True when the
     exact OLS solution was used.
     """

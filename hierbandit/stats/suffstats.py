@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._validation import check_matrix, check_positive_int
+from hierbandit._validation import check_matrix, check_positive_int
 
 __all__ = ["SuffStats", "check_regression_data", "suffstats"]
 

@@ -13,7 +13,7 @@ from hierbandit.bayes.cascade import (
     load_cascade_prior,
     read_cascade_log,
 )
-from hierbandit.envs.cascade import CascadeEnv
+from hierbandit.cascade.env import CascadeEnv
 from hierbandit.stats.logistic import bernoulli_loglik, cascade_loglik, penalized_map
 
 
@@ -173,7 +173,7 @@ def test_pymc_cascade_and_bernoulli_log_densities_agree(frame):
 
 # ---------------------------------------------------------------------- priors
 def test_laplace_prior_fit_save_load_and_warm_start(frame, tmp_path):
-    from hierbandit.policies.cascade import UCBBP
+    from hierbandit.cascade.policies import UCBBP
 
     log = read_cascade_log(frame)
     prior = fit_cascade_prior(log, "laplace", lam=1.5)

@@ -339,7 +339,8 @@ def test_improper_flat_prior_is_rejected_before_sampling(no_sampling, tiny_log) 
 def test_online_path_does_not_import_pymc() -> None:
     code = (
         "import sys\n"
-        "import hierbandit, hierbandit.stats, hierbandit.policies, hierbandit.envs\n"
+        "import hierbandit, hierbandit.stats, hierbandit.ebm, hierbandit.cascade, hierbandit.sclub\n"
+        "import hierbandit.boc, hierbandit.offline\n"
         "import hierbandit.experiments\n"
         "heavy = sorted(m for m in ('pymc', 'pytensor') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
@@ -354,7 +355,7 @@ def test_online_path_does_not_import_pymc() -> None:
 
 def _ebm_synthetic_log(seed: int = 0):
     """N = 10, K = 5, d = 3, 2,000 rows of a uniform-random policy on the ebm environment."""
-    from hierbandit.envs.hierarchical import HierarchicalLinearEnv
+    from hierbandit.ebm.env import HierarchicalLinearEnv
 
     env = HierarchicalLinearEnv(10, 5, 3, rng=seed)
     T = 2000

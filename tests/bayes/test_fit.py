@@ -7,8 +7,7 @@ import pandas as pd
 import pytest
 
 from hierbandit.bayes.fit import fit_prior
-from hierbandit.envs import HierarchicalLinearEnv
-from hierbandit.policies import EbmTS
+from hierbandit.ebm import EbmTS, HierarchicalLinearEnv
 from hierbandit.stats import EBOptions, empirical_bayes, fit_type2_ml
 
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from hierbandit import load_prior
 from hierbandit.bayes import fit_prior
-from hierbandit.cli import app
+from hierbandit.cli.main import app
 from hierbandit.data import read_log
 
 N_ROWS = 60

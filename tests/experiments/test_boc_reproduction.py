@@ -9,7 +9,8 @@ import pytest
 import xarray as xr
 from typer.testing import CliRunner
 
-from hierbandit.envs.boc import synthetic_instance
+from hierbandit.boc.instances import synthetic_instance
+from hierbandit.cli.boc import app
 from hierbandit.experiments.boc import (
     acceptance,
     clopper_pearson,
@@ -17,7 +18,6 @@ from hierbandit.experiments.boc import (
     slopes,
     summary_table,
 )
-from hierbandit.experiments.boc_cli import app
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_default_scale_meets_the_acceptance_criteria(tmp_path):
 @pytest.mark.slow
 def test_statistical_regression_against_the_paper_tables():
     """Table 1 (Iris BOC, δ = 0.1) and Table 2 (rescaled challenging, original vs LE)."""
-    from hierbandit.envs.boc import iris_instance
+    from hierbandit.boc.instances import iris_instance
     from hierbandit.experiments.boc import REAL_LOG_INV_DELTAS
 
     iris = run_instance(

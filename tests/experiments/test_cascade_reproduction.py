@@ -9,7 +9,9 @@ import pytest
 import xarray as xr
 from typer.testing import CliRunner
 
-from hierbandit.envs.cascade import CascadeEnv, simulate_episode, slate_value
+from hierbandit.cascade.env import CascadeEnv, simulate_episode, slate_value
+from hierbandit.cascade.policies import AUCBBP, UCBBP, CascadeEpsilonGreedy
+from hierbandit.cli.cascade import app
 from hierbandit.experiments.cascade import (
     _cascade_from_slate,
     acceptance,
@@ -19,8 +21,6 @@ from hierbandit.experiments.cascade import (
     summary_table,
     write_reproduction,
 )
-from hierbandit.experiments.cascade_cli import app
-from hierbandit.policies.cascade import AUCBBP, UCBBP, CascadeEpsilonGreedy
 
 K, D, H = 5, 5, 3
 E = np.linspace(1, 3, K)

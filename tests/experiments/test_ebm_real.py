@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from hierbandit.cli import app
+from hierbandit.cli.main import app
 from hierbandit.experiments.ebm_real import REAL_EXPERIMENTS, SCALES, run_real, write_real
 
 

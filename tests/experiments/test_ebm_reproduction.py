@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 from typer.testing import CliRunner
 
-from hierbandit.cli import app
+from hierbandit.cli.main import app
 from hierbandit.experiments import regret_table
 from hierbandit.experiments.ebm import (
     FIGURE_POLICY_NAMES,

@@ -16,7 +16,7 @@ import pytest
 import xarray as xr
 from typer.testing import CliRunner
 
-from hierbandit.cli import app
+from hierbandit.cli.main import app
 from hierbandit.experiments.registry import (
     SCALES,
     Param,
@@ -239,7 +239,7 @@ def test_offline_cells_equal_one_monolithic_run(tmp_path):
 
 
 def test_boc_trial_windows_equal_one_monolithic_run(tmp_path):
-    from hierbandit.envs.boc import synthetic_instance
+    from hierbandit.boc.instances import synthetic_instance
     from hierbandit.experiments.boc import run_part
 
     params = {"parts": ["synthetic"], "kinds": ["easy"], "seeds": 3, "seeds_per_cell": 2}

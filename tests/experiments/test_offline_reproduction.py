@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 import hierbandit.experiments.offline as off
-from hierbandit.experiments.offline_cli import app
+from hierbandit.cli.offline import app
 
 TINY = {
     "n_users": 60,

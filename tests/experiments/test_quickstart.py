@@ -11,7 +11,7 @@ import xarray as xr
 from typer.testing import CliRunner
 
 from hierbandit import load_prior
-from hierbandit.cli import app
+from hierbandit.cli.main import app
 from hierbandit.experiments.models_build import file_sha256
 from hierbandit.experiments.quickstart import (
     STEP_TITLES,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from hierbandit.envs.clustered import ClusteredLinearEnv
+from hierbandit.cli.sclub import app
 from hierbandit.experiments.sclub import (
     audit_clustering,
     check_claims,
@@ -21,8 +21,8 @@ from hierbandit.experiments.sclub import (
     simulate_clustering,
     write_results,
 )
-from hierbandit.experiments.sclub_cli import app
-from hierbandit.policies.clustering import SCLUB, LinUCBInd, LinUCBOne
+from hierbandit.sclub.env import ClusteredLinearEnv
+from hierbandit.sclub.policies import SCLUB, LinUCBInd, LinUCBOne
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 import xarray as xr
 
 import hierbandit
-from hierbandit.envs import HierarchicalLinearEnv
+from hierbandit.ebm import HierarchicalLinearEnv, Policy
 from hierbandit.experiments import (
     cumulative_regret,
     plot_cumulative_regret,
@@ -19,7 +19,6 @@ from hierbandit.experiments import (
     regret_table,
     simulate,
 )
-from hierbandit.policies import Policy
 
 N, K, D = 4, 3, 2
 

@@ -127,7 +127,7 @@ def test_armul(easy):
 def test_stream_mode_is_the_online_algorithm_replayed_in_random_order(easy, make):
     """The labels of mode="stream" are those of the online policy fed the rows in the order the
     model's generator draws, with users without data as singletons."""
-    from hierbandit.policies import CLUB, SCLUB
+    from hierbandit.sclub import CLUB, SCLUB
     from hierbandit.stats.partitions import canonical_labels
 
     sub = easy.subset(np.flatnonzero((easy.users != 5) & (np.arange(easy.n_rows) < 6000)))

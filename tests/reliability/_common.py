@@ -13,7 +13,7 @@ from tests.conftest import snapshot
 
 #: documented magnitude bound of data values (contexts, features, rewards)
 MAX_DATA = 1e100
-#: the seven cascade policies of hierbandit.policies.cascade
+#: the seven cascade policies of hierbandit.cascade.policies
 CASCADE_POLICIES = (
     "UCBBP",
     "AUCBBP",

@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hierbandit.envs.boc import ClusterBandit, class_mean_instance, synthetic_instance
-from hierbandit.exploration import (
+from hierbandit.boc import (
     BOC,
     BOCLE,
     Oracle,
@@ -25,6 +24,7 @@ from hierbandit.exploration import (
     optimal_allocation,
     stopping_times,
 )
+from hierbandit.boc.instances import ClusterBandit, class_mean_instance, synthetic_instance
 from tests.conftest import snapshot
 
 from ._common import (
@@ -317,7 +317,7 @@ def test_lower_bound_confidence_arguments(delta, L):
 def test_kl_term_when_delta_rounds_to_one():
     """log(1/δ) = L below the float spacing near 1 (δ rounds to 1): d_KL(δ, 1 − δ) is finite
     and equals −log L to first order (1 − δ ≈ L, 1 − 2δ ≈ −1)."""
-    from hierbandit.exploration import kl_bernoulli_delta
+    from hierbandit.boc import kl_bernoulli_delta
 
     for L in (1e-45, 1e-20, 1e-17):
         got = kl_bernoulli_delta(log_inv_delta=L)
@@ -329,7 +329,7 @@ def test_kl_term_when_delta_rounds_to_one():
 def test_one_cluster_is_trivial():
     """K = 1 (allowed: K < M): no alternative partition, so D* = 0, the inner infimum is +∞,
     λ* is uniform, and every explorer stops at its first test with the right answer."""
-    from hierbandit.exploration import brute_force_hardness, inner_value
+    from hierbandit.boc import brute_force_hardness, inner_value
 
     inst = ClusterBandit([0, 0, 0], [[1.0, -2.0]])
     assert inst.hardness == 0.0 and brute_force_hardness(inst.labels, inst.centres).hardness == 0

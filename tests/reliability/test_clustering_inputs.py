@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hierbandit._validation import MAX_FEATURE
-from hierbandit.policies.clustering import CLUB, SCLUB, LinUCBInd, LinUCBOne
+from hierbandit.sclub.policies import CLUB, SCLUB, LinUCBInd, LinUCBOne
 from tests.conftest import snapshot
 
 from ._common import (

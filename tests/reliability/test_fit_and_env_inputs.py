@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from hierbandit.bayes import fit_prior
 from hierbandit.data import read_log
-from hierbandit.envs import HierarchicalLinearEnv
+from hierbandit.ebm import HierarchicalLinearEnv
 
 SETTINGS = settings(
     max_examples=30,

@@ -27,8 +27,8 @@ import xarray as xr
 
 from hierbandit._container import HEADER_SIZE, seal
 from hierbandit.checkpoint import load_checkpoint
+from hierbandit.ebm import EbmTS, LinUCB
 from hierbandit.errors import InvalidFileError
-from hierbandit.policies import EbmTS, LinUCB
 from tests.conftest import snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +68,8 @@ def _linucb() -> Any:
 
 
 def _sclub() -> Any:
-    from hierbandit.envs.clustered import ClusteredLinearEnv
-    from hierbandit.policies.clustering import SCLUB
+    from hierbandit.sclub.env import ClusteredLinearEnv
+    from hierbandit.sclub.policies import SCLUB
 
     ro = ClusteredLinearEnv(n_users=8, n_clusters=2, n_features=3, n_items=4, rng=0).rollout(
         80, rng=1
@@ -80,7 +80,7 @@ def _sclub() -> Any:
 
 
 def _ucbbp() -> Any:
-    from hierbandit.policies import UCBBP
+    from hierbandit.cascade import UCBBP
 
     p = UCBBP(2, 3, np.array([1.0, 0.5]), 2, rng=5)
     g = np.random.default_rng(3)
@@ -92,8 +92,8 @@ def _ucbbp() -> Any:
 
 
 def _boc() -> Any:
-    from hierbandit.envs.boc import synthetic_instance
-    from hierbandit.exploration import BOC
+    from hierbandit.boc import BOC
+    from hierbandit.boc.instances import synthetic_instance
 
     inst = synthetic_instance("moderate")
     alg = BOC(11, 4, 3, delta=0.05, rng=0)
@@ -213,8 +213,9 @@ def loader(name):
     if name == "prior-method":
         from hierbandit.bayes.prior import HierarchicalPrior
         return HierarchicalPrior.load
-    from hierbandit import policies
-    return getattr(policies, name).load
+    import hierbandit
+
+    return getattr(hierbandit, name).load
 
 def same(kind, a, b):
     if kind.startswith("prior"):
@@ -438,14 +439,14 @@ def _gadgets(mark: Path, victim: Path) -> dict[str, Any]:
         },
         "object-eval": {"__object__": "builtins:eval", "attrs": {}},
         "dotted-walk": {
-            "__object__": "hierbandit.policies.linear:np.f2py.subprocess.Popen",
+            "__object__": "hierbandit.ebm.linear:np.f2py.subprocess.Popen",
             "attrs": {"args": cmd},
         },
         "globals-walk": {
-            "__object__": "hierbandit.policies.linear:LinUCB.__init__.__globals__",
+            "__object__": "hierbandit.ebm.linear:LinUCB.__init__.__globals__",
             "attrs": {},
         },
-        "allowed-prefix": {"__object__": "hierbandit.policies.linear:LinUCB.save", "attrs": {}},
+        "allowed-prefix": {"__object__": "hierbandit.ebm.linear:LinUCB.save", "attrs": {}},
         "module-only": {"__object__": "subprocess", "attrs": {}},
         "generator-dotted": {"__generator__": "numpy.random._pcg64:PCG64.__init__", "state": state},
     }
@@ -749,25 +750,25 @@ def test_names_outside_the_allow_list_are_refused_in_every_role(files, tmp_path)
         "object-policy-base": (
             "attrs",
             "zz",
-            {"__object__": "hierbandit.policies.base:Policy", "attrs": {}},
+            {"__object__": "hierbandit.ebm.base:Policy", "attrs": {}},
         ),
         "object-dict": ("attrs", "zz", {"__object__": "collections:OrderedDict", "attrs": {}}),
         "object-datatree": ("attrs", "zz", {"__object__": "xarray:DataTree", "attrs": {}}),
         "dataclass-not-allowed": (
             "attrs",
             "zz",
-            {"__dataclass__": "hierbandit.envs.boc:Instance", "fields": {}},
+            {"__dataclass__": "hierbandit.boc.instances:Instance", "fields": {}},
         ),
         "dataclass-object-class": (
             "attrs",
             "zz",
-            {"__dataclass__": "hierbandit.policies.linear:LinUCB", "fields": {}},
+            {"__dataclass__": "hierbandit.ebm.linear:LinUCB", "fields": {}},
         ),
         "tree-dataset": ("attrs", "zz", {"__tree__": "o0", "class": "xarray:Dataset"}),
         "tree-policy": (
             "attrs",
             "zz",
-            {"__tree__": "o0", "class": "hierbandit.policies.linear:LinUCB"},
+            {"__tree__": "o0", "class": "hierbandit.ebm.linear:LinUCB"},
         ),
         "generator-generator": (
             "attrs",
@@ -796,7 +797,7 @@ def test_names_outside_the_allow_list_are_refused_in_every_role(files, tmp_path)
 
         def edit_attr(s, attr=attr):
             s["attrs"][attr] = (
-                {"__object__": "hierbandit.policies.linear:LinUCB", "attrs": {}}
+                {"__object__": "hierbandit.ebm.linear:LinUCB", "attrs": {}}
                 if attr == "__class__"
                 else 1
             )

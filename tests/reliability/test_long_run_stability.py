@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from hierbandit._validation import MAX_FEATURE
-from hierbandit.policies import EbmTS, LinUCB
+from hierbandit.ebm import EbmTS, LinUCB
 from hierbandit.stats import posterior_given_hyper, suffstats
 
 N, K = 3, 2
@@ -216,7 +216,7 @@ def _sclub_stream(T, g, theta, lead=0):
 
 
 def _run_sclub(T, lead=0, chunk=50_000):
-    from hierbandit.policies.clustering import SCLUB
+    from hierbandit.sclub.policies import SCLUB
 
     g = np.random.default_rng(2)
     # two true clusters of users; coefficients scaled so that x θ is O(1)
@@ -292,8 +292,8 @@ N_USERS, H_STEPS, K_ARMS = 2, 2, 3
 def _run_ucbbp(T, lead=0, chunk=20_000):
     from scipy.special import expit
 
-    from hierbandit.envs.cascade import simulate_episode
-    from hierbandit.policies.cascade import UCBBP
+    from hierbandit.cascade.env import simulate_episode
+    from hierbandit.cascade.policies import UCBBP
 
     g = np.random.default_rng(3)
     p = d + K_ARMS

@@ -24,8 +24,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hierbandit._validation import MAX_FEATURE, MAX_REG, MAX_VARIANCE, MIN_REG, MIN_VARIANCE
-from hierbandit.policies import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, RMBandit, cascade
-from hierbandit.policies.clustering import CLUB, SCLUB, LinUCBInd, LinUCBOne
+from hierbandit.cascade import policies as cascade
+from hierbandit.ebm import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, RMBandit
+from hierbandit.sclub.policies import CLUB, SCLUB, LinUCBInd, LinUCBOne
 from hierbandit.stats.empirical_bayes import EBOptions
 from tests.conftest import snapshot
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hierbandit._validation import MAX_ABS, MAX_FEATURE
-from hierbandit.policies import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, RMBandit
+from hierbandit.ebm import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, RMBandit
 from tests.conftest import snapshot
 from tests.reliability._common import SETTINGS, floats, ids
 

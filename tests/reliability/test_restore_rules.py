@@ -124,7 +124,7 @@ def _clustered(policy: Any, T: int = 600, seed: int = 0) -> Any:
 
 @pytest.fixture(scope="module")
 def sclub():
-    from hierbandit.policies.clustering import SCLUB
+    from hierbandit.sclub.policies import SCLUB
 
     p = _clustered(SCLUB(12, 4, rng=1))
     assert 1 < p.n_clusters < 12
@@ -133,7 +133,7 @@ def sclub():
 
 @pytest.fixture(scope="module")
 def club():
-    from hierbandit.policies.clustering import CLUB
+    from hierbandit.sclub.policies import CLUB
 
     p = _clustered(CLUB(12, 4, alpha_2=0.3, rng=1))
     assert p.n_clusters > 1
@@ -147,8 +147,8 @@ def _slot(p: Any, min_size: int = 2) -> int:
 
 @pytest.fixture(scope="module")
 def cascade():
-    from hierbandit.envs.cascade import CascadeEnv, simulate_episode
-    from hierbandit.policies.cascade import AUCBBP, CascadeLinTS
+    from hierbandit.cascade.env import CascadeEnv, simulate_episode
+    from hierbandit.cascade.policies import AUCBBP, CascadeLinTS
 
     env = CascadeEnv.preset(n_users=4, rng=0)
     ro = env.rollout(12, rng=1)
@@ -166,7 +166,7 @@ def cascade():
 
 @functools.cache
 def _policy(name: str) -> Any:
-    from hierbandit.policies import EbmTS, LinUCB, OLSBandit
+    from hierbandit.ebm import EbmTS, LinUCB, OLSBandit
 
     make = {
         "EbmTS": lambda: EbmTS(4, 3, 2, rng=1),
@@ -184,8 +184,8 @@ def _policy(name: str) -> Any:
 
 @pytest.fixture(scope="module")
 def explorer():
-    from hierbandit.envs.boc import synthetic_instance
-    from hierbandit.exploration import BOC
+    from hierbandit.boc import BOC
+    from hierbandit.boc.instances import synthetic_instance
 
     inst = synthetic_instance("moderate")
     a = BOC(11, 4, 3, delta=0.05, rng=0)

@@ -23,7 +23,8 @@ import pytest
 import scipy.linalg
 
 from hierbandit._validation import MAX_FEATURE
-from hierbandit.policies import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, RMBandit, cascade
+from hierbandit.cascade import policies as cascade
+from hierbandit.ebm import EbmTS, EbmUCB, LinTS, LinUCB, OLSBandit, RMBandit
 from hierbandit.stats import logistic
 from tests.conftest import snapshot
 

@@ -267,7 +267,7 @@ def test_bickel_levina_matches_reference(n, normalization, diag):
 
 
 def _bl_kernel(B, U, normalization, diag):
-    from hierbandit.stats import _kernels as K
+    from hierbandit.stats import kernels as K
 
     norm = {"n-1": 0, "n": 1, "none": 2}[normalization]
     S = _scatter(B, normalization)

@@ -1,0 +1,5 @@
+"""``python -m hierbandit.cli``."""
+
+from hierbandit.cli.main import app
+
+app()

@@ -1,0 +1,399 @@
+"""The ``hierbandit`` command.
+
+``hierbandit quickstart`` is the main job of the README: the whole workflow on the default real
+log (MovieLens ratings): fit the prior by EB, ML and MCMC, diagnose, compare sampling with the
+closed form, simulate EbmTS warm-started from the prior against LinTS, and write a report folder.
+``hierbandit fit-prior`` fits a prior to a user's own CSV/Parquet log; ``hierbandit
+build-models`` rebuilds the default priors in ``models/``. ``hierbandit demo`` is a short ebm
+simulation on the paper's data-poor setting; ``hierbandit ebm figures`` reproduces the ebm
+paper's Figures 1 and 2, ``hierbandit ebm real`` its Figure 4 on real data.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hierbandit.cli._common import Out, Scale, Seed, Seeds, fail
+from hierbandit.cli.boc import app as boc_app
+from hierbandit.cli.cascade import app as cascade_app
+from hierbandit.cli.experiment import app as experiment_app
+from hierbandit.cli.offline import app as offline_app
+from hierbandit.cli.sclub import app as sclub_app
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
+ebm_app = typer.Typer(no_args_is_help=True, help="Experiments of the ebm paper (ebmTS/ebmUCB).")
+app.add_typer(experiment_app, name="experiment")
+app.add_typer(ebm_app, name="ebm")
+app.add_typer(boc_app, name="boc")
+app.add_typer(cascade_app, name="cascade")
+app.add_typer(offline_app, name="offline")
+app.add_typer(sclub_app, name="sclub")
+
+Horizon = Annotated[int, typer.Option("--horizon", min=10, help="Rounds per run.")]
+Draws = Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")]
+Tune = Annotated[int, typer.Option("--tune", min=0, help="MCMC tuning steps.")]
+Chains = Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")]
+Users = Annotated[
+    int, typer.Option("--users", min=2, help="Users (instances) of the MovieLens log.")
+]
+
+
+def _print_table(ds, instance: int = 0) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from hierbandit.experiments.simulate import regret_table
+
+    overall = regret_table(ds)
+    inst = regret_table(ds, instance=instance)
+    table = Table(title=ds.attrs.get("setting_description", "cumulative regret"))
+    table.add_column("policy")
+    table.add_column("overall regret (mean ± s.e.)", justify="right")
+    table.add_column(f"instance {instance} regret (mean ± s.e.)", justify="right")
+    for pol in overall.sort_values("mean").index:
+        o, i = overall.loc[pol], inst.loc[pol]
+        table.add_row(
+            str(pol), f"{o['mean']:.1f} ± {o['se']:.1f}", f"{i['mean']:.1f} ± {i['se']:.1f}"
+        )
+    Console().print(table)
+
+
+@app.command()
+def quickstart(
+    out: Out = Path("results/quickstart"),
+    seeds: Seeds = 10,
+    horizon: Horizon = 2000,
+    draws: Annotated[
+        int, typer.Option("--draws", min=10, help="MCMC draws per chain of the full-Bayes fit.")
+    ] = 1000,
+    tune: Annotated[
+        int, typer.Option("--tune", min=0, help="MCMC tuning steps of the full-Bayes fit.")
+    ] = 1000,
+    chains: Chains = 2,
+    users: Users = 30,
+    compare_draws: Annotated[
+        int,
+        typer.Option("--compare-draws", min=10, help="Draws per chain of sampling vs closed form."),
+    ] = 1000,
+    compare_tune: Annotated[
+        int, typer.Option("--compare-tune", min=0, help="Tuning steps of sampling vs closed form.")
+    ] = 1000,
+    seed: Seed = 0,
+) -> None:
+    """The whole workflow on real MovieLens data: fit, diagnose, compare, simulate, report."""
+    from hierbandit.experiments.quickstart import run_quickstart
+
+    try:
+        result = run_quickstart(
+            out,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            seeds=seeds,
+            horizon=horizon,
+            n_users=users,
+            progress=True,
+            random_seed=seed,
+            compare_draws=compare_draws,
+            compare_tune=compare_tune,
+        )
+    except (ValueError, TypeError) as exc:
+        raise fail(str(exc)) from None
+    _print_quickstart_summary(result)
+
+
+def _print_quickstart_summary(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="quickstart: final cumulative regret (mean ± s.e. over seeds)")
+    table.add_column("policy")
+    table.add_column("overall", justify="right")
+    table.add_column("least active user", justify="right")
+    regret = result["regret"]
+    for pol in sorted(regret, key=lambda p: regret[p]["mean"]):
+        r = regret[pol]
+        table.add_row(
+            pol,
+            f"{r['mean']:.1f} ± {r['se']:.1f}",
+            f"{r['poorest_user_mean']:.1f} ± {r['poorest_user_se']:.1f}",
+        )
+    console = Console()
+    console.print(table)
+    d, c = result["diagnostics"], result["closed_form"]
+    console.print(
+        f"MCMC: max R-hat {d['max_rhat']:.3f}, min bulk ESS {d['min_ess_bulk']:.0f}, "
+        f"{d['divergences']} divergences. Sampling vs closed form: {c['n_params']} parameters, "
+        f"max |z| {c['max_abs_z']:.2f}, verdict {c['verdict']}.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"wrote {result['report']}", highlight=False, soft_wrap=True)
+
+
+class Method(enum.StrEnum):
+    """Fitting methods of ``fit-prior``."""
+
+    eb = "eb"
+    ml = "ml"
+    mcmc = "mcmc"
+
+
+def _print_prior_summary(prior: Any, path: Path, diag: Any = None) -> None:
+    import numpy as np
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    feats = prior.features
+    table = Table(title=f"{prior.method} prior: Σ_k and σ²_k per arm")
+    table.add_column("arm", justify="right")
+    table.add_column("σ²_k", justify="right")
+    show_diag = len(feats) <= 6
+    if show_diag:
+        for f in feats:
+            table.add_column(escape(f"Σ[{f}, {f}]"), justify="right")
+    else:
+        table.add_column("trace Σ_k", justify="right")
+    table.add_column("max |corr|", justify="right")
+    for k, arm in enumerate(prior.arms):
+        S = prior.Sigma[k]
+        sd = np.sqrt(np.clip(np.diag(S), 0.0, None))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            corr = S / np.outer(sd, sd)
+        off = corr[~np.eye(len(feats), dtype=bool)]
+        off = off[np.isfinite(off)]
+        cells = [f"{v:.4g}" for v in np.diag(S)] if show_diag else [f"{np.trace(S):.4g}"]
+        table.add_row(
+            str(arm),
+            f"{prior.sigma2[k]:.4g}",
+            *cells,
+            f"{np.abs(off).max():.2f}" if off.size else "-",
+        )
+    console = Console()
+    console.print(table)
+    prov = prior.provenance
+    console.print(
+        f"{prov.get('n_rows', '?')} rows, {prov.get('n_instances', '?')} instances, "
+        f"{prior.n_arms} arm{'' if prior.n_arms == 1 else 's'}, features {feats}; "
+        f"data hash {str(prov.get('data_hash', ''))[:16]}…",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if diag is not None:
+        status = "OK" if diag.ok else f"{len(diag.problems)} problem(s)"
+        console.print(
+            f"MCMC diagnostics {status}: max R-hat {diag.max_rhat:.3f}, min bulk ESS "
+            f"{diag.min_ess_bulk:.0f}, {diag.divergences} divergences",
+            highlight=False,
+            soft_wrap=True,
+        )
+    console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _print_ignored_columns(ignored: tuple[tuple[str, str], ...]) -> None:
+    """Say which columns were not taken as features (inferred features only) and why."""
+    if ignored:
+        listed = ", ".join(f"{name!r} (not numeric: {why})" for name, why in ignored)
+        typer.echo(
+            f"ignored column{'' if len(ignored) == 1 else 's'} {listed}; to choose the features "
+            "yourself, name them with --feature"
+        )
+
+
+@app.command("fit-prior")
+def fit_prior_cmd(
+    data: Annotated[
+        Path, typer.Argument(help="The log: a CSV (optionally compressed) or Parquet file.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output netCDF file (PATH.nc).")],
+    method: Annotated[Method, typer.Option("--method", help="Fitting method.")] = Method.eb,
+    instance: Annotated[str, typer.Option("--instance", help="Instance (user) column.")] = (
+        "instance"
+    ),
+    arm: Annotated[str, typer.Option("--arm", help="Arm column.")] = "arm",
+    single_arm: Annotated[
+        bool, typer.Option("--single-arm", help="The log has no arm column (one arm).")
+    ] = False,
+    reward: Annotated[str, typer.Option("--reward", help="Reward column.")] = "reward",
+    feature: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--feature", help="Feature column (repeat for several; default: every other numeric)."
+        ),
+    ] = None,
+    lam: Annotated[
+        float | None,
+        typer.Option("--lam", help="Shared-mean prior precision (default 0.001; 0 for ml)."),
+    ] = None,
+    draws: Draws = 1000,
+    tune: Tune = 1000,
+    chains: Chains = 2,
+    seed: Seed = 0,
+) -> None:
+    """Fit a hierarchical prior (per-arm shared mean, Σ_k, σ²_k) to your own log and save it."""
+    if out.suffix != ".nc":
+        raise fail(f"--out must be a netCDF path ending in .nc, got {str(out)!r}")
+    if out.exists() and out.is_dir():
+        raise fail(f"--out {str(out)!r} is a directory; give a file path ending in .nc")
+    from hierbandit.bayes import diagnose, fit_prior
+    from hierbandit.data import read_log
+
+    kwargs: dict[str, Any] = {"method": method.value, "lam": lam, "random_seed": seed}
+    if method is Method.mcmc:
+        kwargs.update(draws=draws, tune=tune, chains=chains)
+    try:
+        log = read_log(
+            data,
+            instance=instance,
+            arm=None if single_arm else arm,
+            reward=reward,
+            features=list(feature) if feature else None,
+        )
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    _print_ignored_columns(log.ignored_columns)
+    try:
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            with Console(stderr=True).status(f"fitting the prior ({method.value}) …"):
+                prior = fit_prior(log, **kwargs)
+        else:
+            prior = fit_prior(log, **kwargs)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    diag = diagnose(prior, warn=False) if method is Method.mcmc else None
+    try:
+        path = prior.save(out)
+    except OSError as exc:
+        raise fail(f"could not write {str(out)!r}: {exc}") from None
+    _print_prior_summary(prior, path, diag)
+
+
+@app.command("build-models")
+def build_models_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Models folder.")] = Path("models"),
+    draws: Draws = 1000,
+    tune: Tune = 1000,
+    chains: Chains = 2,
+    users: Users = 30,
+    seed: Seed = 0,
+) -> None:
+    """Rebuild the default priors: models/movielens-{eb,ml,mcmc}/ (prior.nc + card.json)."""
+    from hierbandit.experiments.models_build import build_models
+
+    try:
+        build_models(
+            out,
+            n_users=users,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            random_seed=seed,
+            progress=True,
+        )
+    except (ValueError, TypeError) as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command()
+def demo(
+    out: Out = Path("results/demo"),
+    seeds: Seeds = 8,
+    horizon: Horizon = 2000,
+    seed: Seed = 0,
+) -> None:
+    """Short ebm simulation (synthetic data-poor setting): regret table and regret plot."""
+    from hierbandit.experiments.ebm import run_setting, write_results
+
+    ds = run_setting("fig1-data-poor", n_seeds=seeds, horizon=horizon, seed=seed, progress=True)
+    paths = write_results(ds, out, "demo")
+    _print_table(ds)
+    typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
+
+
+@ebm_app.command("figures")
+def ebm_figures(
+    out: Out = Path("results/ebm"),
+    seeds: Seeds = 20,
+    horizon: Horizon = 5000,
+    seed: Seed = 0,
+    setting: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--setting", help="fig1-balanced, fig1-data-poor, fig2-sparse (default: all)."
+        ),
+    ] = None,
+) -> None:
+    """Reproduce the ebm paper's Figure 1 (both settings) and Figure 2."""
+    from hierbandit.experiments.ebm import FIGURE_POLICY_NAMES, SETTINGS, run_setting, write_results
+
+    for name in setting or list(SETTINGS):
+        if name not in SETTINGS:
+            raise typer.BadParameter(f"unknown setting {name!r}; choose from {list(SETTINGS)}")
+        ds = run_setting(
+            name,
+            n_seeds=seeds,
+            horizon=horizon,
+            seed=seed,
+            policies=FIGURE_POLICY_NAMES,
+            progress=True,
+        )
+        paths = write_results(ds, out, name)
+        _print_table(ds)
+        typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
+
+
+class RealDataset(enum.StrEnum):
+    linnerud = "linnerud"
+    movielens = "movielens"
+    digits = "digits"
+
+
+@ebm_app.command("real")
+def ebm_real(
+    dataset: Annotated[
+        list[RealDataset] | None,
+        typer.Option("--dataset", help="linnerud, movielens, digits (default: all)."),
+    ] = None,
+    scale: Annotated[
+        Scale, typer.Option("--scale", help="small: 10 seeds, 1/5 horizon; paper: 100 seeds.")
+    ] = Scale.small,
+    seeds: Annotated[
+        int | None, typer.Option("--seeds", min=1, help="Override the scale's seeds.")
+    ] = None,
+    horizon: Annotated[
+        int | None, typer.Option("--horizon", min=10, help="Override the scale's horizon.")
+    ] = None,
+    out: Out = Path("results/ebm-real"),
+    seed: Seed = 0,
+) -> None:
+    """Reproduce the ebm paper's Figure 4 on real data that ships with installed packages."""
+    from hierbandit.experiments.ebm_real import REAL_EXPERIMENTS, run_real, write_real
+
+    for name in dataset or list(REAL_EXPERIMENTS):
+        ds = run_real(
+            str(name),
+            scale=str(scale),
+            n_seeds=seeds,
+            horizon=horizon,
+            seed=seed,
+            progress=True,
+        )
+        paths = write_real(ds, out)
+        _print_table(ds)
+        typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,571 @@
+"""Per-instance linear contextual bandits: LinUCB, LinTS and OLSBandit.
+
+These are the single-task baselines of the ebm paper (§7; ``specs/ebm.md`` §6.1): each runs
+``n_instances × n_arms`` independent linear models, one per (instance, arm), and never shares
+information across instances.
+
+* :class:`LinUCB` — Li, Chu, Langford & Schapire (2010), disjoint model, Algorithm 1.
+* :class:`LinTS` — Agrawal & Goyal (2013), Thompson sampling with Gaussian priors, Algorithm 1.
+* :class:`OLSBandit` — Goldenshluger & Zeevi (2013) in the K-arm form of Bastani & Bayati (2020,
+  §2 and Algorithm 1 with OLS estimators), exactly as in ``specs/rmbandit.md`` §2.
+
+:func:`forced_sampling_arm` and :func:`forced_sampling_schedule` give the forced-sampling sets
+T_i of the last two papers; :class:`~hierbandit.ebm.rmbandit.RMBandit` uses them too.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from numba import njit
+
+from hierbandit._validation import (
+    check_bool,
+    check_choice,
+    check_features,
+    check_index,
+    check_positive_int,
+    check_regularisation,
+    check_scalar,
+    check_scale,
+)
+from hierbandit.ebm.base import Policy, hyperparameter_dataset, posterior_dataset
+from hierbandit.stats.ridge import OLSStats, RidgeStats
+
+__all__ = [
+    "ForcedSamplingBandit",
+    "LinTS",
+    "LinUCB",
+    "OLSBandit",
+    "forced_sampling_arm",
+    "forced_sampling_schedule",
+]
+
+_JIT = {"cache": True, "nogil": True}
+
+
+# ---------------------------------------------------------------------- forced sampling
+
+
+def _forced_arm(tau: int, n_arms: int, q: int, warmup_rounds: int) -> int:
+    """Unchecked :func:`forced_sampling_arm` (0-based arm, −1 when ``tau`` is not forced)."""
+    if tau <= warmup_rounds:
+        return (tau - 1) % n_arms
+    block = n_arms * q
+    s = (tau - 1) // block
+    if (s + 1) & s:  # forced blocks start at Kq·s + 1 with s + 1 a power of two
+        return -1
+    return ((tau - 1) - s * block) // q
+
+
+def forced_sampling_arm(tau: int, n_arms: int, q: int, *, warmup_rounds: int = 0) -> int:
+    """The arm forced at round ``tau`` of the forced-sampling schedule, or −1.
+
+    The forced-sampling sets of Goldenshluger & Zeevi (2013) in the K-arm form of Bastani &
+    Bayati (2020, §2.3), with arms numbered from 0 here,
+
+        T_i = {(2ⁿ − 1)·K·q + m : n = 0, 1, 2, …,  m ∈ {q·i + 1, …, q·(i + 1)}},
+
+    so block n covers rounds (2ⁿ − 1)Kq + 1 … 2ⁿKq and inside it the arms take q consecutive
+    rounds each in order. With ``warmup_rounds = W > 0`` rounds 1 … W are a round-robin warm-up
+    (arm (τ − 1) mod K) replacing the scheduled forced rounds there (the K·d warm-up of the
+    reference implementation of OLS Bandit; ``specs/rmbandit.md`` §2.1).
+
+    Parameters
+    ----------
+    tau : int
+        Round (1-based) on the clock the schedule runs on.
+    n_arms : int
+        Number of arms K.
+    q : int
+        Forced rounds per arm and block.
+    warmup_rounds : int, default 0
+        Length of the round-robin warm-up.
+
+    Returns
+    -------
+    int
+        The forced arm in ``[0, n_arms)``, or −1 when ``tau`` is not a forced round.
+
+    Examples
+    --------
+    >>> [forced_sampling_arm(t, 2, 1) for t in range(1, 9)]
+    [0, 1, 0, 1, -1, -1, 0, 1]
+    """
+    tau = check_positive_int(tau, "tau")
+    n_arms = check_positive_int(n_arms, "n_arms")
+    q = check_positive_int(q, "q")
+    warmup_rounds = check_positive_int(warmup_rounds, "warmup_rounds", minimum=0)
+    return _forced_arm(tau, n_arms, q, warmup_rounds)
+
+
+def forced_sampling_schedule(
+    horizon: int, n_arms: int, q: int, *, warmup_rounds: int = 0
+) -> np.ndarray:
+    """:func:`forced_sampling_arm` for rounds 1 … ``horizon``, as an int array (−1 = free)."""
+    horizon = check_positive_int(horizon, "horizon", minimum=0)
+    n_arms = check_positive_int(n_arms, "n_arms")
+    q = check_positive_int(q, "q")
+    warmup_rounds = check_positive_int(warmup_rounds, "warmup_rounds", minimum=0)
+    return np.array(
+        [_forced_arm(t, n_arms, q, warmup_rounds) for t in range(1, horizon + 1)], dtype=np.int64
+    )
+
+
+# ---------------------------------------------------------------------- kernels
+
+
+@njit(**_JIT)
+def _index_scores(Ainv, theta, base, x, width, z, out):
+    """out[k] = x·θ_u + width·z[k]·sqrt(xᵀA_u⁻¹x) for units u = base + k.
+
+    LinUCB passes z = 1 (the index of Li et al. 2010, eq. 5 / Algorithm 1 line 9); LinTS passes
+    standard normal draws (the scalar Thompson sample).
+    """
+    K = out.shape[0]
+    d = x.shape[0]
+    for k in range(K):
+        u = base + k
+        m = 0.0
+        v = 0.0
+        for i in range(d):
+            m += x[i] * theta[u, i]
+            t = 0.0
+            for l in range(d):
+                t += Ainv[u, i, l] * x[l]
+            v += x[i] * t
+        out[k] = m + width * z[k] * math.sqrt(v if v > 0.0 else 0.0)
+
+
+@njit(**_JIT)
+def _filtered_scores(coef_forced, coef_all, N, j, x, h, out):
+    """OLSBandit's non-forced rule (Bastani & Bayati 2020, Algorithm 1): −inf outside K̂.
+
+    K̂ = {k : x·β̂_F,k ≥ max_l x·β̂_F,l − h/2}; inside K̂ the score is x·β̂_A,k. Units are
+    ``k * N + j``.
+    """
+    K = out.shape[0]
+    d = x.shape[0]
+    f = np.empty(K)
+    best = -np.inf
+    for k in range(K):
+        u = k * N + j
+        s = 0.0
+        for i in range(d):
+            s += x[i] * coef_forced[u, i]
+        f[k] = s
+        if s > best:
+            best = s
+    for k in range(K):
+        if f[k] >= best - 0.5 * h:
+            u = k * N + j
+            s = 0.0
+            for i in range(d):
+                s += x[i] * coef_all[u, i]
+            out[k] = s
+        else:
+            out[k] = -np.inf
+
+
+# ---------------------------------------------------------------------- LinUCB
+
+
+class _RidgeBandit(Policy):
+    """Shared machinery of LinUCB and LinTS: one ridge regression per (instance, arm).
+
+    Unit ``j * n_arms + k`` of :attr:`stats` holds (instance j, arm k).
+    """
+
+    def _init_stats(self, ridge: float, recompute_every: int | None) -> None:
+        self.stats = RidgeStats(
+            self.n_instances * self.n_arms,
+            self.n_features,
+            reg=ridge,
+            recompute_every=recompute_every,
+        )
+        self._ones = np.ones(self.n_arms)
+
+    def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
+        self.stats._add(j * self.n_arms + k, x, y)
+        self.t += 1
+
+    def _mean_cov(self, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        N, K, d = self.n_instances, self.n_arms, self.n_features
+        mean = self.stats.theta.reshape(N, K, d).transpose(1, 0, 2)
+        cov = scale * self.stats.Ainv.reshape(N, K, d, d).transpose(1, 0, 2, 3)
+        return mean, cov
+
+
+class LinUCB(_RidgeBandit):
+    """LinUCB with disjoint linear models (Li et al. 2010, Algorithm 1), one per (instance, arm).
+
+    For instance j and context x the index of arm k is
+
+        p_{j,k} = x·θ̂_{j,k} + α·sqrt(xᵀ A_{j,k}⁻¹ x),   A_{j,k} = ridge·I + Σ x xᵀ,
+        θ̂_{j,k} = A_{j,k}⁻¹ Σ x y,
+
+    and the arm with the largest index is played. Statistics are kept by
+    :class:`~hierbandit.stats.ridge.RidgeStats` with O(d²) Sherman–Morrison updates.
+
+    Parameters
+    ----------
+    n_instances, n_arms, n_features
+        Number of instances, arms and context dimension.
+    alpha : float, default 1.0
+        Exploration width α (``specs/ebm.md`` §6.1 uses α = 1).
+    ridge : float, default 1.0
+        Ridge regularisation (the identity of A = I + Σ x xᵀ), in [1e-6, 1e6]
+        (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``).
+    recompute_every : int or None, default 10_000
+        Exact recomputation period of each (instance, arm)'s inverse.
+    tie_break, rng
+        See :class:`~hierbandit.ebm.base.Policy`.
+
+    Notes
+    -----
+    :meth:`posterior` reports mean θ̂ and covariance A⁻¹: the Gaussian posterior under a
+    N(0, I/ridge) prior and unit noise variance. The index is the posterior mean plus α
+    posterior standard deviations of x·θ; no noise variance is estimated.
+    """
+
+    def __init__(
+        self,
+        n_instances: int,
+        n_arms: int,
+        n_features: int,
+        alpha: float = 1.0,
+        ridge: float = 1.0,
+        *,
+        recompute_every: int | None = 10_000,
+        tie_break: str = "random",
+        rng: Any = None,
+    ) -> None:
+        super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
+        self.alpha = check_scalar(alpha, "alpha", low=0.0)
+        self.ridge = check_regularisation(ridge, "ridge")
+        self.recompute_every = recompute_every
+        self._init_stats(self.ridge, recompute_every)
+
+    def index(self, instance: int, context: Any) -> np.ndarray:
+        """The LinUCB index of every arm for ``instance`` and ``context``, shape (n_arms,)."""
+        j = check_index(instance, self.n_instances, "instance")
+        x = check_features(context, self.n_features, "context")
+        out = np.empty(self.n_arms)
+        s = self.stats
+        _index_scores(s.Ainv, s.theta, j * self.n_arms, x, self.alpha, self._ones, out)
+        return out
+
+    def _select(self, j: int, x: np.ndarray) -> int:
+        out = np.empty(self.n_arms)
+        s = self.stats
+        _index_scores(s.Ainv, s.theta, j * self.n_arms, x, self.alpha, self._ones, out)
+        return self._argmax(out)
+
+    def posterior(self) -> xr.Dataset:
+        """Mean θ̂ and covariance A⁻¹ (unit noise scale) of every (arm, instance)."""
+        mean, cov = self._mean_cov(1.0)
+        return posterior_dataset(mean, cov, policy="LinUCB", noise_scale=1.0)
+
+    def hyperparameters(self) -> xr.Dataset:
+        """Prior covariance I/ridge per arm, unit noise variance, and α."""
+        K, d = self.n_arms, self.n_features
+        Sigma = np.broadcast_to(np.eye(d) / self.ridge, (K, d, d))
+        return hyperparameter_dataset(
+            Sigma,
+            np.ones(K),
+            extra={"alpha": ((), self.alpha), "ridge": ((), self.ridge)},
+            policy="LinUCB",
+        )
+
+
+# ---------------------------------------------------------------------- LinTS
+
+
+class LinTS(_RidgeBandit):
+    """Linear Thompson sampling (Agrawal & Goyal 2013, Algorithm 1), one model per (instance, arm).
+
+    With B_{j,k} = ridge·I + Σ x xᵀ and θ̂_{j,k} = B⁻¹ Σ x y, Algorithm 1 draws
+    θ̃_{j,k} ~ N(θ̂_{j,k}, v² B_{j,k}⁻¹) and plays argmax_k x·θ̃_{j,k}. Only the scalars x·θ̃_{j,k}
+    enter the decision, and since the draws are independent across arms these are drawn
+    directly,
+
+        x·θ̃_{j,k} = x·θ̂_{j,k} + v_t · sqrt(xᵀ B_{j,k}⁻¹ x) · z_k,   z_k ~ N(0, 1) i.i.d.,
+
+    which has exactly the same distribution of decisions as sampling the d-dimensional θ̃ and
+    needs no Cholesky factor (O(K d²) per round).
+
+    Parameters
+    ----------
+    n_instances, n_arms, n_features
+        Number of instances, arms and context dimension.
+    v : float, default 1.0
+        Posterior scale (Agrawal & Goyal's v; ``specs/ebm.md`` §6.1 takes v = σ = 1), in
+        [0, 1e6].
+    ridge : float, default 1.0
+        Prior precision (B = ridge·I + Σ x xᵀ; Agrawal & Goyal use the identity), in
+        [1e-6, 1e6].
+    v_schedule : {"constant", "sqrt_log_t"}, default "constant"
+        ``"constant"`` uses v_t = v. ``"sqrt_log_t"`` uses v_t = v·sqrt(log t) with the global
+        round t = (updates so far) + 1, the a·sqrt(log t) inflation of the ebm paper's ebmTS;
+        note that it is 0 (a greedy choice) in round 1.
+    recompute_every : int or None, default 10_000
+        Exact recomputation period of each (instance, arm)'s inverse.
+    tie_break, rng
+        See :class:`~hierbandit.ebm.base.Policy`. The Gaussian draws use their own child
+        stream of ``rng``.
+
+    Notes
+    -----
+    :meth:`posterior` reports the sampling distribution of the current round: mean θ̂ and
+    covariance v_t² B⁻¹, with v_t for round t = (updates so far) + 1.
+    """
+
+    _n_streams = 2
+
+    def __init__(
+        self,
+        n_instances: int,
+        n_arms: int,
+        n_features: int,
+        v: float = 1.0,
+        ridge: float = 1.0,
+        *,
+        v_schedule: str = "constant",
+        recompute_every: int | None = 10_000,
+        tie_break: str = "random",
+        rng: Any = None,
+    ) -> None:
+        super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
+        self.v = check_scale(v, "v")
+        self.ridge = check_regularisation(ridge, "ridge")
+        self.v_schedule = check_choice(v_schedule, ("constant", "sqrt_log_t"), "v_schedule")
+        self.recompute_every = recompute_every
+        self._init_stats(self.ridge, recompute_every)
+        self._sample_rng = self._streams[1]
+        self._log_t = self.v_schedule == "sqrt_log_t"
+
+    def v_t(self) -> float:
+        """The posterior scale of the round being decided (round t = updates + 1)."""
+        if self._log_t:
+            return self.v * math.sqrt(math.log(self.t + 1))
+        return self.v
+
+    def sample_scores(self, instance: int, context: Any) -> np.ndarray:
+        """One Thompson draw of x·θ̃_{j,k} for every arm, shape (n_arms,).
+
+        Uses (and advances) the same random stream as :meth:`select`, whose decision is the
+        argmax of such a draw.
+        """
+        j = check_index(instance, self.n_instances, "instance")
+        x = check_features(context, self.n_features, "context")
+        return self._draw(j, x)
+
+    def _draw(self, j: int, x: np.ndarray) -> np.ndarray:
+        z = self._sample_rng.standard_normal(self.n_arms)
+        out = np.empty(self.n_arms)
+        s = self.stats
+        v = self.v * math.sqrt(math.log(self.t + 1)) if self._log_t else self.v
+        _index_scores(s.Ainv, s.theta, j * self.n_arms, x, v, z, out)
+        return out
+
+    def _select(self, j: int, x: np.ndarray) -> int:
+        return self._argmax(self._draw(j, x))
+
+    def posterior(self) -> xr.Dataset:
+        """Mean θ̂ and covariance v_t² B⁻¹ of every (arm, instance)."""
+        vt = self.v_t()
+        mean, cov = self._mean_cov(vt * vt)
+        return posterior_dataset(mean, cov, policy="LinTS", v_t=vt)
+
+    def hyperparameters(self) -> xr.Dataset:
+        """Prior covariance (v_t²/ridge)·I per arm and noise variance v_t², plus v and ridge."""
+        K, d = self.n_arms, self.n_features
+        vt2 = self.v_t() ** 2
+        Sigma = np.broadcast_to(np.eye(d) * (vt2 / self.ridge), (K, d, d))
+        return hyperparameter_dataset(
+            Sigma,
+            np.full(K, vt2),
+            extra={"v": ((), self.v), "v_t": ((), math.sqrt(vt2)), "ridge": ((), self.ridge)},
+            policy="LinTS",
+        )
+
+
+# ---------------------------------------------------------------------- OLSBandit
+
+
+class ForcedSamplingBandit(Policy):
+    """The forced-sampling + all-sample template (Goldenshluger & Zeevi 2013; Bastani & Bayati
+    2020) shared by :class:`OLSBandit` and :class:`~hierbandit.ebm.rmbandit.RMBandit`.
+
+    Per (arm, instance) cell it keeps forced-sample and all-sample OLS statistics
+    (unit ``k * n_instances + j``) and each instance's round count. At round τ of an instance's
+    clock a forced round pulls its scheduled arm (:func:`forced_sampling_arm`); otherwise the
+    subclass scores the arms in :meth:`_exploit_scores`. A row counts as forced when the arm
+    passed to :meth:`update` is the arm forced at that round's τ.
+    """
+
+    def _init_forced_sampling(
+        self, q: Any, h: Any, ridge: Any, clock: Any, warmup_rounds: int
+    ) -> None:
+        self.q = check_positive_int(q, "q")
+        self.h = check_scalar(h, "h", low=0.0)
+        self.ridge = check_regularisation(ridge, "ridge")
+        self.clock = check_choice(clock, ("local", "global"), "clock")
+        self._warmup_rounds = warmup_rounds
+        units = self.n_arms * self.n_instances
+        #: forced-sample statistics, unit ``k * n_instances + j``
+        self.forced_stats = OLSStats(units, self.n_features, self.ridge)
+        #: all-sample statistics, unit ``k * n_instances + j``
+        self.all_stats = OLSStats(units, self.n_features, self.ridge)
+        #: rounds seen by each instance (its local clock is this + 1)
+        self.n_rounds = np.zeros(self.n_instances, dtype=np.int64)
+
+    def _tau(self, j: int) -> int:
+        return int(self.n_rounds[j]) + 1 if self.clock == "local" else self.t + 1
+
+    def _forced(self, j: int) -> int:
+        return _forced_arm(self._tau(j), self.n_arms, self.q, self._warmup_rounds)
+
+    def forced_arm(self, instance: int) -> int:
+        """The arm forced in ``instance``'s next round, or −1 if that round is not forced."""
+        return self._forced(check_index(instance, self.n_instances, "instance"))
+
+    def _exploit_scores(self, j: int, x: np.ndarray, out: np.ndarray) -> None:
+        """Scores of a non-forced round (−inf excludes an arm)."""
+        raise NotImplementedError
+
+    def _select(self, j: int, x: np.ndarray) -> int:
+        f = self._forced(j)
+        if f >= 0:
+            return f
+        out = np.empty(self.n_arms)
+        self._exploit_scores(j, x, out)
+        return self._argmax(out)
+
+    def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
+        u = k * self.n_instances + j
+        if self._forced(j) == k:
+            self.forced_stats._add(u, x, y)
+        self.all_stats._add(u, x, y)
+        self.n_rounds[j] += 1
+        self.t += 1
+
+    def residual_variance(self) -> np.ndarray:
+        """σ̂²_k: all-sample OLS residual variance of each arm pooled over instances, shape (K,)."""
+        return _pooled_sigma2(self.all_stats, self.n_arms, self.n_instances)
+
+    def _ols_cov(self) -> np.ndarray:
+        """σ̂²_k (G + ridge·I)⁻¹ per (arm, instance), shape (K, N, d, d)."""
+        K, N, d = self.n_arms, self.n_instances, self.n_features
+        s2 = self.residual_variance()
+        return self.all_stats.cov_unscaled().reshape(K, N, d, d) * s2[:, None, None, None]
+
+    def _flat_prior_hyperparameters(self, extra: dict[str, Any]) -> xr.Dataset:
+        """Flat prior (Σ = +inf on the diagonal, 0 elsewhere) and the pooled σ̂²."""
+        K, d = self.n_arms, self.n_features
+        Sigma = np.zeros((K, d, d))
+        Sigma[:, np.arange(d), np.arange(d)] = np.inf
+        return hyperparameter_dataset(
+            Sigma, self.residual_variance(), extra=extra, policy=type(self).__name__
+        )
+
+
+class OLSBandit(ForcedSamplingBandit):
+    """OLS Bandit (Goldenshluger & Zeevi 2013; K-arm form of Bastani & Bayati 2020), per instance.
+
+    Each instance j runs its own copy (``specs/rmbandit.md`` §2.2). At round τ of instance j's
+    clock, with context x:
+
+    1. if τ is in a forced-sampling set T_i (:func:`forced_sampling_arm`), pull arm i;
+    2. otherwise compute the forced-sample OLS estimates β̂_F,k (rows of arm k pulled in forced
+       rounds) and keep K̂ = {k : x·β̂_F,k ≥ max_l x·β̂_F,l − h/2};
+    3. pull argmax_{k∈K̂} x·β̂_A,k with the all-sample OLS estimates β̂_A,k (every row of arm k,
+       forced rounds included); ties are broken at random.
+
+    Estimates are exact OLS once an arm's design is numerically full rank and a ridge of
+    ``ridge`` before (:func:`~hierbandit.stats.ridge.ols_solve`); with no data they are 0.
+
+    Parameters
+    ----------
+    n_instances, n_arms, n_features
+        Number of instances, arms and context dimension d.
+    q : int, default 1
+        Forced rounds per arm and block (ebm §7: q = 1 as in Xu & Bastani).
+    h : float, default 15.0
+        Filter width: arms within h/2 of the best forced-sample estimate stay eligible.
+    ridge : float, default 1e-6
+        Ridge used before a design is full rank, in [1e-6, 1e6].
+    warmup : bool, default True
+        Start with K·d round-robin rounds (arm (τ − 1) mod K at τ ≤ K·d), which count as forced
+        rounds and replace the scheduled forced rounds there, as the reference implementation
+        ``runOLSbandit.m`` does. With q = 1 the schedule alone gives each arm only about
+        log₂(τ/K) + 1 forced rows, so the forced-sample fit stays rank-deficient for a long time
+        when d is not tiny and its wild estimates can filter out the best arm
+        (``specs/rmbandit.md`` §2.1); the warm-up avoids that. ``False`` gives the schedule of
+        the papers alone.
+    clock : {"local", "global"}, default "local"
+        ``"local"``: τ is the instance's own round (its updates so far + 1), each instance
+        running a full schedule. ``"global"``: τ is the global round (all updates + 1).
+    tie_break, rng
+        See :class:`~hierbandit.ebm.base.Policy`.
+
+    Notes
+    -----
+    A row counts as forced when the arm passed to :meth:`update` is the arm forced at the
+    round's τ (normally the arm :meth:`select` returned). :meth:`posterior` reports the
+    all-sample OLS estimate with covariance σ̂²_k (G + ridge·I)⁻¹, σ̂²_k the residual variance of
+    arm k pooled over instances, Σ_j RSS_{j,k} / Σ_j max(n_{j,k} − d, 0) (1 until that has a
+    positive denominator).
+    """
+
+    def __init__(
+        self,
+        n_instances: int,
+        n_arms: int,
+        n_features: int,
+        q: int = 1,
+        h: float = 15.0,
+        ridge: float = 1e-6,
+        *,
+        warmup: bool = True,
+        clock: str = "local",
+        tie_break: str = "random",
+        rng: Any = None,
+    ) -> None:
+        super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
+        self.warmup = check_bool(warmup, "warmup")
+        self._init_forced_sampling(q, h, ridge, clock, n_arms * n_features if self.warmup else 0)
+
+    def _exploit_scores(self, j: int, x: np.ndarray, out: np.ndarray) -> None:
+        _filtered_scores(
+            self.forced_stats.coef, self.all_stats.coef, self.n_instances, j, x, self.h, out
+        )
+
+    def posterior(self) -> xr.Dataset:
+        """All-sample OLS mean and covariance σ̂²_k (G + ridge·I)⁻¹; also ``forced_mean``."""
+        K, N, d = self.n_arms, self.n_instances, self.n_features
+        ds = posterior_dataset(
+            self.all_stats.coef.reshape(K, N, d), self._ols_cov(), policy="OLSBandit"
+        )
+        ds["forced_mean"] = (
+            ("arm", "instance", "feature"),
+            self.forced_stats.coef.reshape(K, N, d),
+        )
+        return ds
+
+    def hyperparameters(self) -> xr.Dataset:
+        """Flat prior (Σ = +inf on the diagonal, 0 elsewhere), pooled σ̂², and q, h, ridge."""
+        return self._flat_prior_hyperparameters(
+            {"q": ((), self.q), "h": ((), self.h), "ridge": ((), self.ridge)}
+        )
+
+
+def _pooled_sigma2(stats: OLSStats, n_arms: int, n_instances: int) -> np.ndarray:
+    """Σ_j RSS_{j,k} / Σ_j max(n_{j,k} − d, 0) per arm (1 where the denominator is 0)."""
+    d = stats.n_features
+    rss = stats.rss().reshape(n_arms, n_instances).sum(axis=1)
+    dof = np.maximum(stats.n.reshape(n_arms, n_instances) - d, 0).sum(axis=1)
+    return np.where(dof > 0, rss / np.maximum(dof, 1), 1.0)

@@ -1,0 +1,415 @@
+"""ebmTS and ebmUCB: empirical-Bayes hierarchical multi-bandit policies (ebm paper, Algorithm 1).
+
+Every arm k has its own two-level Gaussian model over the N instances,
+β_{k0} ~ N(0, λ⁻¹I), β_{k,j} | β_{k0} ~ N(β_{k0}, Σ_k), y = xᵀβ_{k,j} + N(0, σ²_k), with
+(Σ_k, σ²_k) re-estimated by empirical Bayes (§4.3) from the arm's data and the posterior of every
+β_{k,j} computed exactly from sufficient statistics (§4.1, eq. 4.1–4.3). For an arrival at
+instance j with context x:
+
+* ebmUCB pulls argmax_k μ̂_k + α_t τ_k, with μ̂ = xᵀβ̂_{k,j} (5.1) and τ² = xᵀC_{k,j}x (5.2);
+* ebmTS pulls argmax_k xᵀβ̆_k with β̆_k ~ N(β̂_{k,j}, α_t² C_{k,j}), sampled as the scalar
+  U_k ~ N(μ̂_k, α_t² τ_k²) — the same distribution of the decision at O(1) cost per arm;
+
+with α_t = a·√(log t). The first K rounds pull arms 1..K in turn (Algorithm 1, line 9). After each
+pull only the pulled arm changes: its statistics, then (every ``hyper_update_every`` pulls of that
+arm) Σ̂, σ̂² and the arm's posterior from its sufficient statistics, otherwise an exact rank-one
+update with the hyperparameters held fixed (spec §2.8). Nothing depends on the history length.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from hierbandit._validation import (
+    MAX_VARIANCE,
+    check_choice,
+    check_covariance,
+    check_features,
+    check_index,
+    check_positive_int,
+    check_regularisation,
+    check_scalar,
+    check_variance,
+)
+from hierbandit.ebm.base import Policy, hyperparameter_dataset, posterior_dataset
+from hierbandit.stats import kernels as K
+from hierbandit.stats.empirical_bayes import EBOptions
+from hierbandit.stats.hierarchical import shared_prior_arrays
+
+__all__ = ["EbmPolicy", "EbmTS", "EbmUCB"]
+
+
+class EbmPolicy(Policy):
+    """Shared machinery of :class:`EbmTS` and :class:`EbmUCB` (the class attribute
+    ``exploration`` selects the index rule).
+
+    Parameters
+    ----------
+    n_instances, n_arms, n_features
+        N instances, K arms shared by every instance, context dimension d.
+    lam : float, default 0.001
+        Precision λ of the N(0, λ⁻¹I) hyperprior on each arm's shared mean (paper §7), in
+        [1e-6, 1e6] (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``).
+    a : float, default 0.1
+        Exploration scale, α_t = a·√(log t) (paper §5, §7).
+    hyper_update_every : int, default 1
+        Re-estimate (Σ̂_k, σ̂²_k) every m-th pull of arm k. 1 is the paper (Algorithm 1, line 11);
+        in between, exact rank-one updates with the hyperparameters held fixed. When
+        ``eb_options`` freezes both hyperparameters every update is a rank-one update.
+    forced_init : {"global", "per_instance"}, default "global"
+        "global" is Algorithm 1 line 9 as printed (rounds t ≤ K pull arm t, whichever instance
+        arrives); "per_instance" cycles through the arms on each instance's first K arrivals.
+    alpha_clock : {"global", "instance"}, default "global"
+        t in α_t is the global round (the paper) or the arriving instance's own arrival count.
+    Sigma_init : array (d, d) or (K, d, d), optional
+        Σ̂ used until it can be estimated (default identity, spec §3.4); entries at most 1e100
+        in magnitude.
+    sigma2_init : float or array (K,), default 1.0
+        σ̂² used until it can be estimated, in [1e-100, 1e100].
+    eb_options : EBOptions, optional
+        Options of the empirical-Bayes estimators (threshold rule, normalisation, floors…).
+    mean_formula : {"4.2", "4.4-literal"}, default "4.2"
+        Predicted mean xᵀβ̂ with β̂ from (4.2) (correct), or the paper's printed (4.4), which
+        divides by σ² once too often (spec T3). The literal form exists only for comparison.
+    recompute_every : int, default 10000
+        Recompute an arm from its sufficient statistics after this many consecutive rank-one
+        updates, discarding accumulated rounding drift.
+    prior : HierarchicalPrior, optional
+        A prior fitted to historical data (:func:`hierbandit.bayes.fit_prior`), or any object
+        with arrays ``shared_mean`` (K, d), ``shared_cov`` (K, d, d), ``Sigma`` (K, d, d) and
+        ``sigma2`` (K,). Each arm's shared mean then has the prior N(shared_mean_k,
+        shared_cov_k) instead of N(0, λ⁻¹I) (``lam`` is unused), and (Σ_k, σ²_k) start at the
+        prior's values. Mutually exclusive with ``Sigma_init``/``sigma2_init``.
+    prior_mode : {"init", "fixed"}, default "init"
+        With a prior: "init" lets empirical Bayes re-estimate (Σ_k, σ²_k) from the online data
+        as soon as it can (the prior's values are initial values); "fixed" keeps the prior's
+        hyperparameters for good, so every update is an exact rank-one update.
+    tie_break : {"random", "first"}
+    rng : seed or numpy Generator
+        Streams: tie-breaks, Thompson draws, cross-validation splits.
+    """
+
+    _n_streams = 3
+    exploration = "ucb"
+
+    def __init__(
+        self,
+        n_instances: int,
+        n_arms: int,
+        n_features: int,
+        lam: float = 1e-3,
+        a: float = 0.1,
+        *,
+        hyper_update_every: int = 1,
+        forced_init: str = "global",
+        alpha_clock: str = "global",
+        Sigma_init: Any = None,
+        sigma2_init: Any = 1.0,
+        eb_options: EBOptions | None = None,
+        mean_formula: str = "4.2",
+        recompute_every: int = 10_000,
+        prior: Any = None,
+        prior_mode: str = "init",
+        tie_break: str = "random",
+        rng: Any = None,
+    ) -> None:
+        super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
+        N, Kn, d = self.n_instances, self.n_arms, self.n_features
+        self.lam = check_regularisation(lam, "lam")
+        self.a = check_scalar(a, "a", low=0.0)
+        self.hyper_update_every = check_positive_int(hyper_update_every, "hyper_update_every")
+        self.forced_init = check_choice(forced_init, ("global", "per_instance"), "forced_init")
+        self.alpha_clock = check_choice(alpha_clock, ("global", "instance"), "alpha_clock")
+        self.mean_formula = check_choice(mean_formula, ("4.2", "4.4-literal"), "mean_formula")
+        self.recompute_every = check_positive_int(recompute_every, "recompute_every")
+        if eb_options is None:
+            eb_options = EBOptions()
+        elif not isinstance(eb_options, EBOptions):
+            raise TypeError("eb_options must be an EBOptions instance")
+        self.eb_options = eb_options
+        self.Sigma_init = Sigma_init
+        self.sigma2_init = sigma2_init
+        Sigma0 = (
+            np.broadcast_to(np.eye(d), (Kn, d, d)).copy()
+            if Sigma_init is None
+            else _bounded_cov(check_covariance(Sigma_init, d, "Sigma_init", batch=Kn), "Sigma_init")
+        )
+        try:
+            s2 = np.asarray(sigma2_init, dtype=float) if not isinstance(sigma2_init, str) else None
+        except (TypeError, ValueError, OverflowError):
+            s2 = None
+        if s2 is None or s2.ndim > 1 or (s2.ndim == 1 and s2.shape != (Kn,)):
+            raise ValueError(f"sigma2_init must be a positive number or an array of shape ({Kn},)")
+        s2 = np.broadcast_to(s2, (Kn,)).copy()
+        if not (np.all(np.isfinite(s2)) and np.all(s2 > 0)):
+            raise ValueError("sigma2_init must be finite and > 0")
+        for v in s2:
+            check_variance(float(v), "sigma2_init")
+        self.prior = prior
+        self.prior_mode = check_choice(prior_mode, ("init", "fixed"), "prior_mode")
+        self._P0 = np.broadcast_to(self.lam * np.eye(d), (Kn, d, d)).copy()
+        self._h0 = np.zeros((Kn, d))
+        if prior is not None:
+            if Sigma_init is not None or not (np.isscalar(sigma2_init) and sigma2_init == 1.0):
+                raise ValueError("prior: pass either a prior or Sigma_init/sigma2_init, not both")
+            Sigma0, s2 = self._read_prior(prior)
+        self._ts_rng, self._cv_rng = self._streams[1], self._streams[2]
+        self._literal_44 = self.mean_formula == "4.4-literal"
+        self._eb_args = (
+            *eb_options._kernel,
+            float(eb_options.sigma2_floor),
+            int(eb_options.eb_iters),
+            bool(eb_options.estimate_Sigma),
+            bool(eb_options.estimate_sigma2),
+        )
+        self._need_uniforms = eb_options.threshold == "cv" and eb_options.estimate_Sigma
+        # with both hyperparameters frozen every update takes the O(d²) rank-one path
+        self._estimates_any = (eb_options.estimate_Sigma or eb_options.estimate_sigma2) and not (
+            prior is not None and self.prior_mode == "fixed"
+        )
+        # sufficient statistics per (arm, instance)
+        self.G = np.zeros((Kn, N, d, d))
+        self.b = np.zeros((Kn, N, d))
+        self.q = np.zeros((Kn, N))
+        self.n_obs = np.zeros((Kn, N), dtype=np.int64)
+        # hyperparameters
+        self.Sigma = Sigma0
+        self.sigma2 = s2
+        self.gamma = np.full(Kn, np.nan)
+        self.n_eff = np.zeros(Kn, dtype=np.int64)
+        # posterior state per arm
+        self._Ct = np.empty((Kn, N, d, d))
+        self._A = np.empty((Kn, N, d, d))
+        self._P = np.empty((Kn, d, d))
+        self._r = np.empty((Kn, d))
+        self._Phi = np.empty((Kn, d, d))
+        self._beta0 = np.empty((Kn, d))
+        self.pulls = np.zeros(Kn, dtype=np.int64)
+        self.arrivals = np.zeros(N, dtype=np.int64)
+        self._rank_one_count = np.zeros(Kn, dtype=np.int64)
+        self._mu = np.zeros(Kn)  # scratch buffers of _select
+        self._tau = np.zeros(Kn)
+        for k in range(Kn):
+            self._recompute_arm(k)
+
+    # ------------------------------------------------------------------ internals
+    def _read_prior(self, prior: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a fitted prior and set the shared-mean prior of every arm from it."""
+        Kn, d = self.n_arms, self.n_features
+        try:
+            m = np.asarray(prior.shared_mean, dtype=float)
+            S = np.asarray(prior.shared_cov, dtype=float)
+            Sig = np.asarray(prior.Sigma, dtype=float)
+            s2 = np.asarray(prior.sigma2, dtype=float)
+        except AttributeError as exc:
+            raise TypeError(
+                "prior must provide shared_mean, shared_cov, Sigma and sigma2 arrays"
+            ) from exc
+        want = {"shared_mean": (Kn, d), "shared_cov": (Kn, d, d), "Sigma": (Kn, d, d)}
+        for name, arr in (("shared_mean", m), ("shared_cov", S), ("Sigma", Sig)):
+            if arr.shape != want[name]:
+                raise ValueError(
+                    f"prior.{name} has shape {arr.shape}, but this policy needs {want[name]} "
+                    f"(n_arms={Kn}, n_features={d})"
+                )
+        if s2.shape != (Kn,) or not (np.all(np.isfinite(s2)) and np.all(s2 > 0)):
+            raise ValueError(f"prior.sigma2 must be {Kn} finite positive values")
+        for v in s2:
+            check_variance(float(v), "prior.sigma2")
+        Sig = _bounded_cov(check_covariance(Sig, d, "prior.Sigma", batch=Kn), "prior.Sigma")
+        _bounded_cov(S, "prior.shared_cov")
+        for k in range(Kn):
+            self._P0[k], self._h0[k] = shared_prior_arrays(self.lam, d, (m[k], S[k]))
+        return Sig, s2.copy()
+
+    def _recompute_arm(self, k: int) -> None:
+        """Posterior of arm k from its sufficient statistics with the current hyperparameters."""
+        K.arm_posterior(
+            self.G[k],
+            self.b[k],
+            self.Sigma[k],
+            self.sigma2[k],
+            self._P0[k],
+            self._h0[k],
+            self._Ct[k],
+            self._A[k],
+            self._P[k],
+            self._r[k],
+            self._Phi[k],
+            self._beta0[k],
+        )
+        self._rank_one_count[k] = 0
+
+    def _reestimate_arm(self, k: int) -> None:
+        """Empirical-Bayes step of spec §3.5 for arm k: Σ̂, σ̂², posterior."""
+        U = (
+            self._cv_rng.random((self.eb_options.cv_splits, self.n_instances))
+            if (self._need_uniforms)
+            else _NO_UNIFORMS
+        )
+        sigma2, gamma, n_eff, _ = K.reestimate_arm(
+            self.G[k],
+            self.b[k],
+            self.q[k],
+            self.n_obs[k],
+            self._P0[k],
+            self._h0[k],
+            self.sigma2[k],
+            self.Sigma[k].copy(),
+            *self._eb_args[:9],
+            U,
+            *self._eb_args[9:],
+            self.Sigma[k],
+            self._Ct[k],
+            self._A[k],
+            self._P[k],
+            self._r[k],
+            self._Phi[k],
+            self._beta0[k],
+        )
+        self.sigma2[k] = sigma2
+        self.gamma[k] = gamma
+        self.n_eff[k] = n_eff
+        self._rank_one_count[k] = 0
+
+    def _alpha(self, j: int) -> float:
+        t = self.t + 1 if self.alpha_clock == "global" else int(self.arrivals[j]) + 1
+        return self.a * math.sqrt(math.log(t))
+
+    def _forced_arm(self, j: int) -> int:
+        if self.forced_init == "global":
+            return self.t if self.t < self.n_arms else -1
+        c = int(self.arrivals[j])
+        return c if c < self.n_arms else -1
+
+    def _moments(self, j: int, x: np.ndarray, mu: np.ndarray, tau: np.ndarray) -> None:
+        """μ̂ (5.1) and τ (5.2) of every arm for instance j into ``mu``, ``tau``."""
+        K.score_arms(
+            x,
+            j,
+            self._Ct,
+            self._A,
+            self.b,
+            self._beta0,
+            self._Phi,
+            self.sigma2,
+            self._literal_44,
+            mu,
+            tau,
+        )
+
+    def _scores(self, j: int, x: np.ndarray) -> np.ndarray:
+        self._moments(j, x, self._mu, self._tau)
+        alpha = self._alpha(j)
+        if self.exploration == "ucb":
+            return self._mu + alpha * self._tau
+        return self._mu + alpha * self._tau * self._ts_rng.standard_normal(self.n_arms)
+
+    def _select(self, j: int, x: np.ndarray) -> int:
+        forced = self._forced_arm(j)
+        if forced >= 0:
+            return forced
+        return self._argmax(self._scores(j, x))
+
+    def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
+        self.t += 1
+        self.arrivals[j] += 1
+        self.pulls[k] += 1
+        self.q[k, j] += y * y
+        self.n_obs[k, j] += 1
+        if self._estimates_any and self.pulls[k] % self.hyper_update_every == 0:
+            G, b = self.G[k, j], self.b[k, j]
+            G += np.multiply.outer(x, x)
+            b += x * y
+            self._reestimate_arm(k)
+        else:
+            exact = K.rank_one_update(
+                x,
+                y,
+                self.G[k, j],
+                self.b[k, j],
+                self._Ct[k, j],
+                self._A[k, j],
+                self._P[k],
+                self._r[k],
+                self._Phi[k],
+                self._beta0[k],
+                self.sigma2[k],
+            )
+            self._rank_one_count[k] += 1
+            # an ill-conditioned rank-one step (a row large against what the arm knows) was
+            # not applied: recompute the arm from its (updated) sufficient statistics
+            if not exact or self._rank_one_count[k] >= self.recompute_every:
+                self._recompute_arm(k)
+
+    # ------------------------------------------------------------------ public
+    def predict(self, instance: int, context: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean μ̂ (5.1) and standard deviation τ (5.2) of every arm's mean reward."""
+        j = check_index(instance, self.n_instances, "instance")
+        x = check_features(context, self.n_features, "context")
+        mu = np.empty(self.n_arms)
+        tau = np.empty(self.n_arms)
+        self._moments(j, x, mu, tau)
+        return mu, tau
+
+    def posterior(self) -> xr.Dataset:
+        """Exact posterior (4.2) of every β_{k,j} given the current (Σ̂_k, σ̂²_k, λ).
+
+        Returns ``mean`` (arm, instance, feature), ``cov`` ``(arm, instance, feature, feature_)``,
+        ``shared_mean`` (arm, feature) = β̂_{k0} and ``shared_cov`` ``(arm, feature, feature_)``
+        = Φ_k.
+        """
+        Kn, N, d = self.n_arms, self.n_instances, self.n_features
+        mean = np.empty((Kn, N, d))
+        cov = np.empty((Kn, N, d, d))
+        K.all_moments(self._Ct, self._A, self.b, self._beta0, self._Phi, self.sigma2, mean, cov)
+        ds = posterior_dataset(mean, cov, policy=type(self).__name__, t=self.t)
+        ds["shared_mean"] = (("arm", "feature"), self._beta0.copy())
+        ds["shared_cov"] = (("arm", "feature", "feature_"), self._Phi.copy())
+        return ds
+
+    def hyperparameters(self) -> xr.Dataset:
+        """Current Σ̂_k, σ̂²_k, the chosen threshold γ_k and N_eff,k per arm."""
+        return hyperparameter_dataset(
+            self.Sigma,
+            self.sigma2,
+            extra={
+                "gamma": self.gamma.copy(),
+                "n_eff": self.n_eff.copy(),
+                "pulls": self.pulls.copy(),
+            },
+            lam=self.lam,
+            a=self.a,
+        )
+
+
+_NO_UNIFORMS = np.empty((0, 1))
+
+
+def _bounded_cov(S: np.ndarray, name: str) -> np.ndarray:
+    """Refuse a covariance with an entry beyond ``MAX_VARIANCE`` (products with the Gram
+    matrices of accepted contexts would overflow)."""
+    if S.size and not np.max(np.abs(S)) <= MAX_VARIANCE:
+        raise ValueError(f"{name} must have entries of magnitude <= {MAX_VARIANCE:g}")
+    return S
+
+
+class EbmUCB(EbmPolicy):
+    """ebmUCB (Algorithm 1): index μ̂_{k,j} + α_t τ_{k,j}. See :class:`EbmPolicy` for parameters."""
+
+    exploration = "ucb"
+
+
+class EbmTS(EbmPolicy):
+    """ebmTS (Algorithm 1): Thompson sampling from N(β̂_{k,j}, α_t² C_{k,j}).
+
+    See :class:`EbmPolicy` for parameters. The draw is made on the scalar xᵀβ̆, which has the
+    same distribution as projecting a full draw of β̆ (spec A10): K standard normals per decision
+    from the policy's Thompson stream.
+    """
+
+    exploration = "ts"

@@ -1,0 +1,1619 @@
+"""Online clustering of bandits: SCLUB, CLUB, LinUCB-One and LinUCB-Ind.
+
+The setting (Li, Chen, Li & Leung 2019, "Improved Algorithm on Online Clustering of Bandits",
+IJCAI; SCLUB below): at every round a user ``i_t`` arrives with a set of ``L`` candidate items
+``D_t ⊂ R^d`` (rows of an ``(L, d)`` array); the policy recommends one item and observes a reward
+whose mean is ``θ_{i_t}ᵀx``. Users sharing a weight vector form an unknown cluster.
+
+* :class:`SCLUB` — set-based clustering of bandits, SCLUB Algorithms 1–4: phases of 2^s rounds,
+  phase-start pivots, checked/unchecked users, Update, Split (weight and frequency tests against
+  the pivot) and Merge of checked clusters.
+* :class:`CLUB` — graph-based clustering (Gentile, Li & Zappella 2014): a user graph that only
+  loses edges; clusters are its connected components.
+* :class:`LinUCBOne` — one ridge model for all users; :class:`LinUCBInd` — one per user.
+
+Every policy recommends by the same optimistic index (SCLUB Alg. 1 line 11),
+
+    U(x) = θ̂ᵀx + β(N, τ) · ‖x‖_{S⁻¹},
+
+computed on the statistics of the model serving the user (its cluster, component, the global or
+its own model), with ``N`` that model's number of observations and ``τ`` the round. The default
+β is the anytime bound of the authors' reference code, β(N, τ) = sqrt(d ln(1 + N/d) + 4 ln τ +
+ln 2) + 1 (specs/clustering.md C-18); a float gives a constant β.
+
+API: ``select(user, items) -> int`` and ``update(user, item_features, reward)`` validate every
+argument before anything changes; ``_select``/``_update`` are the unchecked versions, and
+``_run`` is the compiled loop over a block of pre-drawn rounds that the simulator uses (it calls
+the very same compiled step functions, so results are identical to a ``select``/``update`` loop).
+``clusters()`` returns the current user → cluster labels as an :class:`xarray.DataArray`.
+
+Departures between the paper and the reference code (specs/clustering.md Part C, items 16–26)
+are options with the paper's reading as the default; ``SCLUB.reference(...)`` and
+``CLUB.reference(...)`` build the reference code's configuration, ``SCLUB.theory(...)`` the
+Theorem 1 constants. See ``docs/sclub.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+import xarray as xr
+from numba import njit
+
+from hierbandit._params import ParamsMixin
+from hierbandit._validation import (
+    MAX_ABS,
+    MAX_FEATURE,
+    _as_float_array,
+    as_generator,
+    check_bool,
+    check_choice,
+    check_feature_array,
+    check_features,
+    check_index,
+    check_matrix,
+    check_positive_int,
+    check_regularisation,
+    check_scalar,
+)
+from hierbandit.ebm.base import MAX_STATE_ENTRIES, SharedStateMixin
+from hierbandit.sclub.cluster_stats import (
+    ClusterStats,
+    conf_F,
+    cs_add,
+    cs_merge,
+    cs_move_users,
+    cs_split_user,
+)
+from hierbandit.stats.ridge import RidgeStats, ridge_add, suff_add
+
+__all__ = [
+    "CLUB",
+    "SCLUB",
+    "ClusteringPolicy",
+    "LinUCBInd",
+    "LinUCBOne",
+    "anytime_beta",
+    "theory_beta",
+]
+
+_JIT = {"cache": True, "nogil": True}
+
+# ---------------------------------------------------------------------- shared kernels
+
+
+@njit(**_JIT)
+def _beta(const, n, tau, d):
+    """β(N, τ): the anytime bound when ``const < 0``, else the constant."""
+    if const >= 0.0:
+        return const
+    t = tau if tau >= 1 else 1
+    return math.sqrt(d * math.log(1.0 + n / d) + 4.0 * math.log(t) + math.log(2.0)) + 1.0
+
+
+@njit(**_JIT)
+def _ucb_choose(Ainv, theta, slot, n, items, tau, beta_const, sqrt_bonus, tie_u):
+    """argmax_k θ̂ᵀx_k + β‖x_k‖_{A⁻¹} (or β x_kᵀA⁻¹x_k without the square root).
+
+    Exact ties are broken by ``tie_u`` ∈ [0, 1) (uniformly among the tied items), or towards
+    the first item when ``tie_u < 0``.
+    """
+    L = items.shape[0]
+    d = items.shape[1]
+    beta = _beta(beta_const, n, tau, d)
+    scores = np.empty(L)
+    best = -np.inf
+    for k in range(L):
+        m = 0.0
+        v = 0.0
+        for i in range(d):
+            xi = items[k, i]
+            m += xi * theta[slot, i]
+            t = 0.0
+            for l in range(d):
+                t += Ainv[slot, i, l] * items[k, l]
+            v += xi * t
+        if v < 0.0:
+            v = 0.0
+        s = m + beta * (math.sqrt(v) if sqrt_bonus else v)
+        scores[k] = s
+        if s > best:
+            best = s
+    count = 0
+    first = 0
+    for k in range(L):
+        if scores[k] == best:
+            if count == 0:
+                first = k
+            count += 1
+    if count <= 1 or tie_u < 0.0:
+        return first
+    pick = int(tie_u * count)
+    if pick >= count:
+        pick = count - 1
+    for k in range(L):
+        if scores[k] == best:
+            if pick == 0:
+                return k
+            pick -= 1
+    return first  # pragma: no cover
+
+
+@njit(**_JIT)
+def _reward(mean, noise, bernoulli):
+    if bernoulli:
+        return 1.0 if noise < mean else 0.0
+    return mean + noise
+
+
+# ---------------------------------------------------------------------- LinUCB kernels
+
+
+@njit(**_JIT)
+def _ridge_select(R, beta_const, sqrt_bonus, slot, items, tau, tie_u):
+    _G, _b, _q, n, Ainv, theta = R
+    return _ucb_choose(Ainv, theta, slot, n[slot], items, tau, beta_const, sqrt_bonus, tie_u)
+
+
+@njit(**_JIT)
+def _ridge_run(
+    R,
+    P,
+    reg,
+    every,
+    beta_const,
+    sqrt_bonus,
+    one,
+    users,
+    items,
+    means,
+    noise,
+    bern,
+    ties,
+    t0,
+    choices,
+    ncl,
+):
+    G, b, q, n, Ainv, theta = R
+    n_models = 1 if one else n.shape[0]
+    for t in range(users.shape[0]):
+        u = users[t]
+        slot = 0 if one else u
+        tau = t0 + t + 1
+        k = _ucb_choose(Ainv, theta, slot, n[slot], items[t], tau, beta_const, sqrt_bonus, ties[t])
+        choices[t] = k
+        y = _reward(means[t, k], noise[t], bern)
+        ridge_add(G, b, q, n, Ainv, theta, reg, slot, items[t, k], y, every)
+        if one:
+            suff_add(P[0], P[1], P[2], P[3], u, items[t, k], y)
+        ncl[t] = n_models
+
+
+# ---------------------------------------------------------------------- SCLUB kernels
+
+# integer parameters of SCLUB (``ip``)
+_FREQ, _PIVOT, _UNCHECK, _MERGE, _UEVERY, _CEVERY, _SQRT, _ALIAS = range(8)
+# SCLUB scratch state (``sm``): epoch
+_EPOCH = 0
+
+
+@njit(**_JIT)
+def _rescan_freq(C, L, un, tmin, tmax, nmin, c):
+    """Recompute the smallest/largest member count T_i of cluster ``c`` (and ties at the min)."""
+    head = C[7]
+    nxt = L[1]
+    lo = np.int64(-1)
+    hi = np.int64(-1)
+    cnt = 0
+    u = head[c]
+    while u >= 0:
+        v = un[u]
+        if lo < 0 or v < lo:
+            lo = v
+            cnt = 1
+        elif v == lo:
+            cnt += 1
+        if v > hi:
+            hi = v
+        u = nxt[u]
+    tmin[c] = lo
+    tmax[c] = hi
+    nmin[c] = cnt
+
+
+# Small helpers used inside the per-candidate loops are inlined at the Numba IR level and take
+# plain arrays: an ordinary call with a tuple of arrays costs a reference-count round trip per
+# array, which dominated the merge scan before.
+_INLINE = {"cache": True, "nogil": True, "inline": "always"}
+
+
+@njit(**_INLINE)
+def _fresh(cstamp, nchk, epoch, c):
+    """Lazy unchecking before ``nchk[c]`` is modified: a cluster last touched in an earlier
+    epoch has no checked member."""
+    if cstamp[c] != epoch:
+        cstamp[c] = epoch
+        nchk[c] = 0
+
+
+@njit(**_INLINE)
+def _consistent(cn, ctheta, size, cF, alpha_theta, alpha_p, freq, tau, Ftau, c1, c2):
+    """SCLUB Alg. 4 merge test: ‖θ̂^{j1} − θ̂^{j2}‖ < α_θ/2 (F(T^{j1}) + F(T^{j2})) and
+    |p̂^{j1} − p̂^{j2}| < α_p F(τ), with p̂^j = T^j / (|C^j| τ) and ``cF[j] = F(T^j)``."""
+    if freq != 0:
+        p1 = cn[c1] / (size[c1] * tau)
+        p2 = cn[c2] / (size[c2] * tau)
+        if not abs(p1 - p2) < alpha_p * Ftau:
+            return False
+    thr = 0.5 * alpha_theta * (cF[c1] + cF[c2])
+    dist = 0.0
+    for i in range(ctheta.shape[1]):
+        diff = ctheta[c1, i] - ctheta[c2, i]
+        dist += diff * diff
+    return math.sqrt(dist) < thr
+
+
+@njit(**_INLINE)
+def _lead(k0, ctheta, c):
+    """Copy the leading coordinates of θ̂^c into the compact array ``k0``."""
+    for i in range(k0.shape[1]):
+        k0[c, i] = ctheta[c, i]
+
+
+@njit(**_JIT)
+def _merge_partner(
+    cn, ctheta, size, order, cstamp, nchk, cF, k0, alpha_theta, alpha_p, freq, tau, Ftau, epoch, c
+):
+    """The lowest-index checked cluster consistent with ``c`` (−1 if none): App. E's scan.
+
+    The test of :func:`_consistent` is written out here so the loop makes no calls. Cheap
+    necessary conditions come first: the distance over the leading coordinates of the
+    estimates (``k0``, a compact copy that stays in cache, so most candidates are rejected
+    without touching their rows), then the frequencies; the full distance stops accumulating
+    past the threshold.
+    """
+    best = -1
+    best_order = np.iinfo(np.int64).max
+    d = ctheta.shape[1]
+    pc = cn[c] / (size[c] * tau)
+    lim_p = alpha_p * Ftau
+    half = 0.5 * alpha_theta
+    Fc = cF[c]
+    nk = k0.shape[1]
+    for c2 in range(size.shape[0]):
+        if size[c2] == 0 or c2 == c:
+            continue
+        thr = half * (Fc + cF[c2])
+        thr2 = thr * thr
+        part = 0.0  # partial distance over the leading coordinates (contiguous copy)
+        for i in range(nk):
+            diff = k0[c, i] - k0[c2, i]
+            part += diff * diff
+        if part >= thr2:
+            continue
+        if order[c2] >= best_order:
+            continue
+        if cstamp[c2] != epoch or nchk[c2] != size[c2]:
+            continue
+        if freq != 0 and not abs(pc - cn[c2] / (size[c2] * tau)) < lim_p:
+            continue
+        dist = 0.0
+        for i in range(d):
+            diff = ctheta[c, i] - ctheta[c2, i]
+            dist += diff * diff
+            if dist >= thr2:
+                break
+        if dist < thr2:
+            best = c2
+            best_order = order[c2]
+    return best
+
+
+@njit(**_JIT)
+def _do_merge(U, C, L, X, reg, epoch, c1, c2):
+    """Merge c2 into c1 with the SCLUB bookkeeping (checked counts, member count extremes)."""
+    _ptheta, _pT, cstamp, nchk, tmin, tmax, nmin, alias = X
+    head, size = C[7], C[6]
+    for c in (c1, c2):  # a merged cluster gets new statistics arrays in the reference code
+        if size[c] == 1:
+            alias[head[c]] = False
+    _fresh(cstamp, nchk, epoch, c1)
+    _fresh(cstamp, nchk, epoch, c2)
+    nchk[c1] += nchk[c2]
+    lo = tmin[c1] if tmin[c1] < tmin[c2] else tmin[c2]
+    cnt = 0
+    if tmin[c1] == lo:
+        cnt += nmin[c1]
+    if tmin[c2] == lo:
+        cnt += nmin[c2]
+    tmin[c1] = lo
+    nmin[c1] = cnt
+    if tmax[c2] > tmax[c1]:
+        tmax[c1] = tmax[c2]
+    cs_merge(U, C, L, reg, c1, c2)
+
+
+@njit(**_JIT)
+def _sclub_select(U, C, L, fp, ip, u, items, tau, tie_u):
+    cn, cAinv, ctheta = C[3], C[4], C[5]
+    label = L[0]
+    c = label[u]
+    return _ucb_choose(cAinv, ctheta, c, cn[c], items, tau, fp[2], ip[_SQRT] == 1, tie_u)
+
+
+@njit(**_JIT)
+def _sclub_update(U, C, L, X, XF, sm, fp, ip, reg, u, x, y, tau):
+    """Algorithm 1 lines 5–6 (at a phase start) and 12–15 for one round."""
+    _uG, _ub, _uq, un, _uAinv, utheta = U
+    _cG, _cb, _cq, cn, _cAinv, ctheta, size, _head, _tail, order, _since, _free, _meta = C
+    label = L[0]
+    ptheta, pT, cstamp, nchk, tmin, tmax, nmin, alias = X
+    ustamp = sm[1:]
+    d = x.shape[0]
+    alpha_theta, alpha_p = fp[0], fp[1]
+    phase_start = ((tau + 1) & tau) == 0  # τ = 2^s − 1 opens phase s
+    if phase_start and ip[_PIVOT] == 0:
+        for c in range(size.shape[0]):  # line 6: pivots frozen for the phase
+            if size[c] > 0:
+                pT[c] = cn[c]
+                for i in range(d):
+                    ptheta[c, i] = ctheta[c, i]
+    if ip[_UNCHECK] == 1 or phase_start:  # line 5 (or every round, as the reference code)
+        sm[_EPOCH] += 1
+    epoch = sm[_EPOCH]
+    Ftau = conf_F(tau)
+
+    # ---- Update (Alg. 2)
+    c = label[u]
+    before = un[u]
+    if alias[u]:
+        # reference-code aliasing (``double_count_split``): the user and its split-off
+        # cluster share one S and b, so the row is added twice: (√2 x, √2 y), T counted once
+        r2 = math.sqrt(2.0)
+        x = r2 * x
+        y = r2 * y
+    cs_add(U, C, L, reg, ip[_UEVERY], ip[_CEVERY], u, x, y)
+    cF, k0 = XF  # F(T^j) and the leading coordinates of θ̂^j per slot, kept current
+    cF[c] = conf_F(cn[c])
+    _lead(k0, ctheta, c)
+    after = un[u]
+    if after > tmax[c]:
+        tmax[c] = after
+    if before == tmin[c]:
+        nmin[c] -= 1
+        if nmin[c] == 0:
+            _rescan_freq(C, L, un, tmin, tmax, nmin, c)
+
+    # ---- Split (Alg. 3); a singleton cluster is never split (C-20)
+    if size[c] > 1:
+        if ip[_PIVOT] == 0:
+            piv_T = pT[c]
+            dist = 0.0
+            for i in range(d):
+                diff = utheta[u, i] - ptheta[c, i]
+                dist += diff * diff
+        else:
+            piv_T = cn[c]
+            dist = 0.0
+            for i in range(d):
+                diff = utheta[u, i] - ctheta[c, i]
+                dist += diff * diff
+        split = math.sqrt(dist) > alpha_theta * (conf_F(after) + conf_F(piv_T))
+        if not split and ip[_FREQ] != 0:
+            thr = 2.0 * alpha_p * Ftau
+            if ip[_FREQ] == 1:  # paper: against every other member i'
+                gap = after - tmin[c]
+                if tmax[c] - after > gap:
+                    gap = tmax[c] - after
+                split = gap / tau > thr
+            else:  # reference code: against the cluster average
+                split = abs(after / tau - cn[c] / (size[c] * tau)) > thr
+        if split:
+            _fresh(cstamp, nchk, epoch, c)
+            if ustamp[u] == epoch:
+                nchk[c] -= 1
+                ustamp[u] = -1  # counted again below, in its new cluster
+            c2 = cs_split_user(U, C, L, reg, u)
+            cF[c] = conf_F(cn[c])
+            cF[c2] = conf_F(cn[c2])
+            _lead(k0, ctheta, c)
+            _lead(k0, ctheta, c2)
+            if after == tmin[c] or after == tmax[c]:
+                _rescan_freq(C, L, un, tmin, tmax, nmin, c)
+            tmin[c2] = after
+            tmax[c2] = after
+            nmin[c2] = 1
+            pT[c2] = cn[c2]  # a cluster created mid-phase gets its pivot at creation (C-19)
+            for i in range(d):
+                ptheta[c2, i] = ctheta[c2, i]
+            cstamp[c2] = epoch
+            nchk[c2] = 0
+            if ip[_ALIAS] == 1:
+                alias[u] = True
+            c = c2
+
+    # ---- mark the user checked (line 14)
+    _fresh(cstamp, nchk, epoch, c)
+    if ustamp[u] != epoch:
+        ustamp[u] = epoch
+        nchk[c] += 1
+
+    # ---- Merge (Alg. 4)
+    freq = ip[_FREQ]
+    if ip[_MERGE] == 0:
+        # App. E: only the current user's cluster; merge it with the lowest-index consistent
+        # checked cluster, repeatedly
+        # a cluster is checked iff it was touched in this epoch and all its users are checked
+        # (read-only test: writing the lazy reset inside this loop made it ten times slower)
+        while cstamp[c] == epoch and nchk[c] == size[c]:
+            best = _merge_partner(
+                cn,
+                ctheta,
+                size,
+                order,
+                cstamp,
+                nchk,
+                cF,
+                k0,
+                alpha_theta,
+                alpha_p,
+                freq,
+                tau,
+                Ftau,
+                epoch,
+                c,
+            )
+            if best < 0:
+                break
+            if order[best] < order[c]:
+                _do_merge(U, C, L, X, reg, epoch, best, c)
+                c = best
+            else:
+                _do_merge(U, C, L, X, reg, epoch, c, best)
+            cF[c] = conf_F(cn[c])
+            _lead(k0, ctheta, c)
+    else:
+        # full pairwise scan over checked clusters j1 < j2 (reference code); only checked
+        # clusters can take part, and merging two checked clusters keeps the result checked
+        n_slots = size.shape[0]
+        cnt = 0
+        for c1 in range(n_slots):
+            if size[c1] > 0 and cstamp[c1] == epoch and nchk[c1] == size[c1]:
+                cnt += 1
+        if cnt >= 2:
+            slots = np.empty(cnt, dtype=np.int64)
+            keys = np.empty(cnt, dtype=np.int64)
+            k = 0
+            for c1 in range(n_slots):
+                if size[c1] > 0 and cstamp[c1] == epoch and nchk[c1] == size[c1]:
+                    slots[k] = c1
+                    keys[k] = order[c1]
+                    k += 1
+            slots = slots[np.argsort(keys)]
+            for a in range(cnt):
+                c1 = slots[a]
+                if size[c1] == 0:
+                    continue
+                for bb in range(a + 1, cnt):
+                    c2 = slots[bb]
+                    if size[c2] == 0:
+                        continue
+                    if _consistent(
+                        cn, ctheta, size, cF, alpha_theta, alpha_p, freq, tau, Ftau, c1, c2
+                    ):
+                        _do_merge(U, C, L, X, reg, epoch, c1, c2)
+                        cF[c1] = conf_F(cn[c1])
+                        _lead(k0, ctheta, c1)
+
+
+@njit(**_JIT)
+def _sclub_run(
+    U, C, L, X, XF, sm, fp, ip, reg, users, items, means, noise, bern, ties, t0, choices, ncl
+):
+    meta = C[12]
+    for t in range(users.shape[0]):
+        u = users[t]
+        tau = t0 + t + 1
+        k = _sclub_select(U, C, L, fp, ip, u, items[t], tau, ties[t])
+        choices[t] = k
+        y = _reward(means[t, k], noise[t], bern)
+        _sclub_update(U, C, L, X, XF, sm, fp, ip, reg, u, items[t, k], y, tau)
+        ncl[t] = meta[2]
+
+
+# ---------------------------------------------------------------------- CLUB kernels
+
+
+@njit(**_JIT)
+def _bit_clear(adj, u, v):
+    adj[u, v >> 6] &= ~(np.uint64(1) << np.uint64(v & 63))
+
+
+@njit(**_JIT)
+def _component(adj, start, visited, queue):
+    """Breadth-first search from ``start`` over the bitset graph; marks ``visited`` and returns
+    the number of nodes found (they are ``queue[:count]``)."""
+    W = adj.shape[1]
+    n = adj.shape[0]
+    visited[start >> 6] |= np.uint64(1) << np.uint64(start & 63)
+    queue[0] = start
+    head = 0
+    count = 1
+    while head < count:
+        v = queue[head]
+        head += 1
+        for w in range(W):
+            new = adj[v, w] & ~visited[w]
+            if new == 0:
+                continue
+            visited[w] |= new
+            base = w << 6
+            for bit in range(64):
+                if (new >> np.uint64(bit)) & np.uint64(1):
+                    node = base + bit
+                    if node < n:
+                        queue[count] = node
+                        count += 1
+    return count
+
+
+@njit(**_JIT)
+def _reaches_all(adj, start, tbits, n_targets, visited, queue):
+    """Breadth-first search from ``start`` that stops as soon as every node marked in the bitset
+    ``tbits`` (``n_targets`` of them) is reached. Returns ``(all_reached, count)``; when not all
+    are reached the search has exhausted the component, which is ``queue[:count]``."""
+    W = adj.shape[1]
+    n = adj.shape[0]
+    one = np.uint64(1)
+    visited[start >> 6] |= one << np.uint64(start & 63)
+    queue[0] = start
+    head = 0
+    count = 1
+    remaining = n_targets
+    while head < count:
+        v = queue[head]
+        head += 1
+        for w in range(W):
+            new = adj[v, w] & ~visited[w]
+            if new == 0:
+                continue
+            visited[w] |= new
+            hit = new & tbits[w]
+            base = w << 6
+            for bit in range(64):
+                if (new >> np.uint64(bit)) & one:
+                    node = base + bit
+                    if node < n:
+                        queue[count] = node
+                        count += 1
+                        if (hit >> np.uint64(bit)) & one:
+                            remaining -= 1
+            if remaining == 0:
+                return True, count
+    return False, count
+
+
+@njit(**_JIT)
+def _club_select(U, C, L, beta_const, sqrt_bonus, u, items, tau, tie_u):
+    cn, cAinv, ctheta = C[3], C[4], C[5]
+    c = L[0][u]
+    return _ucb_choose(cAinv, ctheta, c, cn[c], items, tau, beta_const, sqrt_bonus, tie_u)
+
+
+@njit(**_JIT)
+def _club_update(U, C, L, adj, UF, alpha2, reg, uevery, cevery, u, x, y):
+    """Update, delete the edges (u, ℓ) with ‖θ̂_u − θ̂_ℓ‖ > α₂(F(T_u) + F(T_ℓ)), and split the
+    component of u into the connected components that remain.
+
+    The component can only have split if some ℓ whose edge was deleted is no longer reachable
+    from u, so the search from u stops as soon as all of them are reached (usually within a
+    few hops); only a real split explores the whole component.
+    """
+    _uG, _ub, _uq, un, _uAinv, utheta = U
+    size, head = C[6], C[7]
+    label, nxt = L[0], L[1]
+    cs_add(U, C, L, reg, uevery, cevery, u, x, y)
+    n = adj.shape[0]
+    W = adj.shape[1]
+    d = x.shape[0]
+    uF = UF[0]  # F(T_i) per user, kept current
+    uF[u] = conf_F(un[u])
+    Fu = uF[u]
+    deleted = 0
+    tbits = np.zeros(W, dtype=np.uint64)
+    for w in range(W):
+        word = adj[u, w]
+        if word == 0:
+            continue
+        base = w << 6
+        for bit in range(64):
+            if (word >> np.uint64(bit)) & np.uint64(1):
+                v = base + bit
+                if v >= n:
+                    break
+                thr = alpha2 * (Fu + uF[v])
+                thr2 = thr * thr
+                dist = 0.0
+                for i in range(d):
+                    diff = utheta[u, i] - utheta[v, i]
+                    dist += diff * diff
+                    if dist > thr2:
+                        break
+                if dist > thr2:
+                    _bit_clear(adj, u, v)
+                    _bit_clear(adj, v, u)
+                    tbits[v >> 6] |= np.uint64(1) << np.uint64(v & 63)
+                    deleted += 1
+    if deleted == 0:
+        return
+    c = label[u]
+    visited = np.zeros(W, dtype=np.uint64)
+    queue = np.empty(n, dtype=np.int64)
+    reached, count = _reaches_all(adj, u, tbits, deleted, visited, queue)
+    if reached or count == size[c]:
+        return
+    # The component of u, queue[:count], is complete and smaller than the cluster. Every other
+    # former member is connected to some unreached ℓ (its old path to u ended with a deleted
+    # edge), so the rest is one component iff the unreached ℓ reach each other.
+    one = np.uint64(1)
+    rest = size[c] - count
+    left = np.zeros(W, dtype=np.uint64)
+    k2 = 0
+    t0 = -1
+    for w in range(W):
+        left[w] = tbits[w] & ~visited[w]
+        for bit in range(64):
+            if (left[w] >> np.uint64(bit)) & one:
+                if t0 < 0:
+                    t0 = (w << 6) + bit
+                else:
+                    k2 += 1
+    left[t0 >> 6] &= ~(one << np.uint64(t0 & 63))
+    single = True
+    if k2 > 0:
+        vis2 = visited.copy()
+        queue2 = np.empty(n, dtype=np.int64)
+        single, _ = _reaches_all(adj, t0, left, k2, vis2, queue2)
+    members = np.empty(size[c], dtype=np.int64)
+    m = 0
+    v = head[c]
+    while v >= 0:
+        members[m] = v
+        m += 1
+        v = nxt[v]
+    if single:  # two components: move the smaller one, keep the larger in place
+        if count <= rest:
+            cs_move_users(U, C, L, reg, queue, count)
+        else:
+            others = np.empty(rest, dtype=np.int64)
+            r = 0
+            for k in range(m):
+                v = members[k]
+                if not (visited[v >> 6] >> np.uint64(v & 63)) & one:
+                    others[r] = v
+                    r += 1
+            cs_move_users(U, C, L, reg, others, rest)
+        return
+    # several components: find them all, keep the largest in place, move the others
+    grouped = np.empty(m, dtype=np.int64)
+    starts = np.empty(m + 1, dtype=np.int64)
+    grouped[:count] = queue[:count]
+    starts[0] = 0
+    starts[1] = count
+    n_comp = 1
+    for k in range(m):
+        v = members[k]
+        if (visited[v >> 6] >> np.uint64(v & 63)) & one:
+            continue
+        cnt = _component(adj, v, visited, queue)
+        s0 = starts[n_comp]
+        grouped[s0 : s0 + cnt] = queue[:cnt]
+        n_comp += 1
+        starts[n_comp] = s0 + cnt
+    largest = 0
+    for k in range(1, n_comp):
+        if starts[k + 1] - starts[k] > starts[largest + 1] - starts[largest]:
+            largest = k
+    for k in range(n_comp):
+        if k != largest:
+            cs_move_users(
+                U, C, L, reg, grouped[starts[k] : starts[k + 1]], starts[k + 1] - starts[k]
+            )
+
+
+@njit(**_JIT)
+def _club_run(
+    U,
+    C,
+    L,
+    adj,
+    UF,
+    alpha2,
+    reg,
+    uevery,
+    cevery,
+    beta_const,
+    sqrt_bonus,
+    users,
+    items,
+    means,
+    noise,
+    bern,
+    ties,
+    t0,
+    choices,
+    ncl,
+):
+    meta = C[12]
+    for t in range(users.shape[0]):
+        u = users[t]
+        tau = t0 + t + 1
+        k = _club_select(U, C, L, beta_const, sqrt_bonus, u, items[t], tau, ties[t])
+        choices[t] = k
+        y = _reward(means[t, k], noise[t], bern)
+        _club_update(U, C, L, adj, UF, alpha2, reg, uevery, cevery, u, items[t, k], y)
+        ncl[t] = meta[2]
+
+
+# ---------------------------------------------------------------------- β helpers
+
+
+def anytime_beta(n: Any, tau: Any, n_features: int) -> Any:
+    """β(N, τ) = sqrt(d ln(1 + N/d) + 4 ln τ + ln 2) + 1 (specs/clustering.md C-18), τ ≥ 1."""
+    d = check_positive_int(n_features, "n_features")
+    n = np.asarray(n, dtype=float)
+    tau = np.maximum(np.asarray(tau, dtype=float), 1.0)
+    out = np.sqrt(d * np.log1p(n / d) + 4.0 * np.log(tau) + np.log(2.0)) + 1.0
+    return float(out) if out.ndim == 0 else out
+
+
+def theory_beta(
+    n_users: int, n_features: int, horizon: int, *, noise_scale: float = 0.5, n_clusters=None
+) -> float:
+    """Theorem 1's β = R sqrt(d ln(1 + T/d) + 2 ln(4 m n_u)); ``m`` defaults to ``n_u``
+    (an upper bound on the unknown number of clusters, specs/clustering.md C-18)."""
+    n_users = check_positive_int(n_users, "n_users")
+    d = check_positive_int(n_features, "n_features")
+    T = check_positive_int(horizon, "horizon")
+    R = check_scalar(noise_scale, "noise_scale", low=0.0, low_inclusive=False)
+    m = n_users if n_clusters is None else check_positive_int(n_clusters, "n_clusters")
+    return float(R * math.sqrt(d * math.log1p(T / d) + 2.0 * math.log(4.0 * m * n_users)))
+
+
+def _check_beta(beta: Any) -> float:
+    """``"anytime"`` → −1 (the kernels' code for the anytime bound), else a float ≥ 0."""
+    if isinstance(beta, str):
+        check_choice(beta, ("anytime",), "beta")
+        return -1.0
+    return check_scalar(beta, "beta", low=0.0)
+
+
+def _check_every(value: Any, name: str) -> int:
+    if value is None:
+        return 0
+    return check_positive_int(value, name)
+
+
+# ---------------------------------------------------------------------- base class
+
+
+class ClusteringPolicy(SharedStateMixin, ParamsMixin):
+    """Shared API of the clustering bandits (validated select/update, clusters, clone).
+
+    Thread safety and checkpoints: ``select``, ``update``, ``run``, ``clusters``,
+    ``user_stats`` and ``save`` hold the policy's re-entrant lock, so one policy can be shared
+    by threads (calls are serialised; the result equals that of the same calls made one after
+    another in the order they took the lock). ``save(path)`` writes the full state (user and
+    cluster statistics, the partition, pivots, checked flags, the CLUB graph, counters and the
+    random-generator states) to netCDF atomically, and ``SCLUB.load(path)`` restores a policy
+    that continues exactly (:mod:`hierbandit.checkpoint`). The unchecked ``_select``,
+    ``_update`` and ``_run`` take no lock.
+
+    Parameters
+    ----------
+    n_users : int
+        Number of users ``n_u``.
+    n_features : int
+        Item dimension ``d``.
+    beta : "anytime" or float, default "anytime"
+        Exploration width: the anytime β(N, τ) of the reference code (default) or a constant
+        (for instance :func:`theory_beta`).
+    bonus : {"sqrt", "no_sqrt"}, default "sqrt"
+        ``"sqrt"`` uses β‖x‖_{S⁻¹} as in SCLUB Alg. 1 line 11; ``"no_sqrt"`` uses β xᵀS⁻¹x as the
+        reference code does (C-18).
+    reg : float, default 1.0
+        Ridge regulariser (S = reg·I + Σxxᵀ; the paper's I), in [1e-6, 1e6]
+        (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``). Item features must have
+        magnitude at most ``MAX_FEATURE`` = 1e6.
+    recompute_every : int or None, default 2000
+        Exact recomputation period of the rank-one-updated statistics (C-25).
+    tie_break : {"random", "first"}, default "random"
+        Exact ties in the index are broken uniformly at random (one uniform drawn per selection
+        from the policy's own stream) or towards the first item.
+    rng : seed or numpy.random.Generator, optional
+        Source of the policy's random streams (tie-breaks, random graphs).
+    """
+
+    #: number of independent child random streams (the first is the tie-break stream)
+    _n_streams = 1
+    #: constructor arguments of the reference-code configuration (see :meth:`reference`)
+    _REFERENCE: ClassVar[dict[str, Any]] = {"bonus": "no_sqrt"}
+    _locked_methods: ClassVar[tuple[str, ...]] = (
+        "select",
+        "update",
+        "run",
+        "clusters",
+        "user_stats",
+    )
+
+    def __init__(
+        self,
+        n_users: int,
+        n_features: int,
+        *,
+        beta: float | str = "anytime",
+        bonus: str = "sqrt",
+        reg: float = 1.0,
+        recompute_every: int | None = 2000,
+        tie_break: str = "random",
+        rng: Any = None,
+    ) -> None:
+        n_users = check_positive_int(n_users, "n_users")
+        n_features = check_positive_int(n_features, "n_features")
+        cells = n_users * n_features**2
+        if cells > MAX_STATE_ENTRIES:
+            raise ValueError(
+                f"n_users × n_features² = {cells:.3g} exceeds {MAX_STATE_ENTRIES:.0e}: the "
+                "per-user d×d statistics would not fit in memory"
+            )
+        self.n_users = n_users
+        self.n_features = n_features
+        self._beta_const = _check_beta(beta)
+        self.beta = beta
+        self.bonus = check_choice(bonus, ("sqrt", "no_sqrt"), "bonus")
+        self.reg = check_regularisation(reg, "reg")
+        self._every = _check_every(recompute_every, "recompute_every")
+        self.recompute_every = recompute_every
+        self.tie_break = check_choice(tie_break, ("random", "first"), "tie_break")
+        self.rng = rng
+        self._streams = as_generator(rng).spawn(self._n_streams)
+        self._tie_rng = self._streams[0]
+        #: number of updates so far; the round being decided is τ = t + 1
+        self.t = 0
+
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def reference(cls, n_users: int, n_features: int, **kwargs: Any) -> ClusteringPolicy:
+        """The configuration of the authors' reference code (specs/clustering.md Part C)."""
+        params = {**cls._REFERENCE, **kwargs}
+        return cls(n_users, n_features, **params)
+
+    # ------------------------------------------------------------------ public API
+    def _check_items(self, items: Any) -> np.ndarray:
+        arr = check_matrix(items, (None, self.n_features), "items", max_abs=MAX_FEATURE)
+        if arr.shape[0] == 0:
+            raise ValueError("items must contain at least one item")
+        return np.ascontiguousarray(arr)
+
+    def select(self, user: int, items: Any) -> int:
+        """Index of the item to recommend to ``user`` among ``items`` (shape ``(L, d)``)."""
+        u = check_index(user, self.n_users, "user")
+        X = self._check_items(items)
+        return self._select(u, X)
+
+    def update(self, user: int, item_features: Any, reward: float) -> None:
+        """Record that ``user`` was shown ``item_features`` (shape ``(d,)``) and paid ``reward``."""
+        u = check_index(user, self.n_users, "user")
+        x = check_features(item_features, self.n_features, "item_features")
+        y = check_scalar(reward, "reward", max_abs=MAX_ABS)
+        self._update(u, x, y)
+
+    def _tie(self) -> float:
+        return float(self._tie_rng.random()) if self.tie_break == "random" else -1.0
+
+    def _ties(self, n: int) -> np.ndarray:
+        if self.tie_break == "random":
+            return self._tie_rng.random(n)
+        return np.full(n, -1.0)
+
+    def run(
+        self,
+        users: Any,
+        items: Any,
+        means: Any,
+        noise: Any,
+        *,
+        bernoulli: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Play a block of pre-drawn rounds (validated; the simulator calls :meth:`_run`).
+
+        Parameters
+        ----------
+        users : array_like of int, shape (T,)
+            Arriving users.
+        items : array_like, shape (T, L, d)
+            Candidate items per round.
+        means : array_like, shape (T, L)
+            Expected reward of every candidate (θ_{i_t}ᵀx).
+        noise : array_like, shape (T,)
+            Per-round noise: a uniform on [0, 1) for Bernoulli rewards (reward = 1 when
+            ``noise < mean``), or the additive noise of Gaussian rewards.
+        bernoulli : bool, default True
+            Reward model.
+
+        Returns
+        -------
+        choices : ndarray of int64, shape (T,)
+            Recommended item per round.
+        n_clusters : ndarray of int64, shape (T,)
+            Number of clusters after each round.
+        """
+        users = np.asarray(users)
+        if users.ndim != 1 or (users.size and users.dtype.kind not in "iu"):
+            raise ValueError("users must be a 1-d integer array")
+        T = users.shape[0]
+        if T and (users.min() < 0 or users.max() >= self.n_users):
+            raise ValueError(f"users must be in [0, {self.n_users})")
+        items = _as_float_array(items, "items")
+        if items.ndim != 3 or items.shape[0] != T or items.shape[2] != self.n_features:
+            raise ValueError(
+                f"items must have shape ({T}, L, {self.n_features}), got {items.shape}"
+            )
+        if items.shape[1] == 0:
+            raise ValueError("items must contain at least one item per round")
+        means = _as_float_array(means, "means")
+        if means.shape != items.shape[:2]:
+            raise ValueError(f"means must have shape {items.shape[:2]}, got {means.shape}")
+        noise = _as_float_array(noise, "noise")
+        if noise.shape != (T,):
+            raise ValueError(f"noise must have shape ({T},), got {noise.shape}")
+        check_feature_array(items, "items")
+        for name, arr in (("means", means), ("noise", noise)):
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"{name} must be finite (no NaN or inf)")
+            if arr.size and np.max(np.abs(arr)) > MAX_ABS:
+                raise ValueError(f"{name} must have magnitude <= {MAX_ABS:g}")
+        if not isinstance(bernoulli, bool | np.bool_):
+            raise TypeError("bernoulli must be a bool")
+        return self._run(
+            users.astype(np.int64),
+            np.ascontiguousarray(items),
+            np.ascontiguousarray(means),
+            noise,
+            bool(bernoulli),
+        )
+
+    def _run(
+        self,
+        users: np.ndarray,
+        items: np.ndarray,
+        means: np.ndarray,
+        noise: np.ndarray,
+        bernoulli: bool,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Unchecked compiled loop over pre-drawn rounds; same results as select/update."""
+        T = users.shape[0]
+        choices = np.empty(T, dtype=np.int64)
+        ncl = np.empty(T, dtype=np.int64)
+        ties = self._ties(T)
+        self._run_kernel(users, items, means, noise, bernoulli, ties, choices, ncl)
+        self.t += T
+        return choices, ncl
+
+    # ------------------------------------------------------------------ inspection
+    def _labels(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def clusters(self) -> xr.DataArray:
+        """Current clustering: canonical cluster number (0, 1, ... by first user) per user."""
+        from hierbandit.stats.partitions import canonical_labels
+
+        return xr.DataArray(
+            canonical_labels(self._labels()),
+            dims=("user",),
+            coords={"user": np.arange(self.n_users)},
+            name="cluster",
+            attrs={"policy": type(self).__name__, "round": self.t},
+        )
+
+    @property
+    def n_clusters(self) -> int:
+        """Number of clusters currently used to serve users."""
+        return int(np.unique(self._labels()).size)
+
+    def _user_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def user_stats(self) -> xr.Dataset:
+        """Per-user sufficient statistics G = Σxxᵀ, b = Σyx, rr = Σy², n (for the mixture audit)."""
+        G, b, q, n = self._user_arrays()
+        d = self.n_features
+        return xr.Dataset(
+            {
+                "G": (("user", "feature", "feature_"), G.copy()),
+                "b": (("user", "feature"), b.copy()),
+                "rr": (("user",), q.copy()),
+                "n": (("user",), n.copy()),
+            },
+            coords={
+                "user": np.arange(self.n_users),
+                "feature": np.arange(d),
+                "feature_": np.arange(d),
+            },
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(n_users={self.n_users}, n_features={self.n_features}, "
+            f"t={self.t}, n_clusters={self.n_clusters})"
+        )
+
+    # ------------------------------------------------------------------ subclasses
+    def _select(self, u: int, items: np.ndarray) -> int:
+        raise NotImplementedError
+
+    def _update(self, u: int, x: np.ndarray, y: float) -> None:
+        raise NotImplementedError
+
+    def _run_kernel(self, users, items, means, noise, bernoulli, ties, choices, ncl) -> None:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------- LinUCB
+
+
+class _RidgeLinUCB(ClusteringPolicy):
+    _one = False
+
+    def __init__(
+        self,
+        n_users: int,
+        n_features: int,
+        *,
+        beta: float | str = "anytime",
+        bonus: str = "sqrt",
+        reg: float = 1.0,
+        recompute_every: int | None = 2000,
+        tie_break: str = "random",
+        rng: Any = None,
+    ) -> None:
+        super().__init__(
+            n_users,
+            n_features,
+            beta=beta,
+            bonus=bonus,
+            reg=reg,
+            recompute_every=recompute_every,
+            tie_break=tie_break,
+            rng=rng,
+        )
+        self.stats = RidgeStats(
+            1 if self._one else self.n_users,
+            self.n_features,
+            self.reg,
+            recompute_every=recompute_every,
+        )
+        s = self.stats
+        self._st = (s.G, s.b, s.q, s.n, s.Ainv, s.theta)
+        # per-user data for the audit (LinUCB-One pools everything in one model)
+        if self._one:
+            U, d = self.n_users, self.n_features
+            self._pu = (np.zeros((U, d, d)), np.zeros((U, d)), np.zeros(U), np.zeros(U, np.int64))
+        else:
+            self._pu = (s.G, s.b, s.q, s.n)
+
+    def _select(self, u: int, items: np.ndarray) -> int:
+        slot = 0 if self._one else u
+        return int(
+            _ridge_select(
+                self._st,
+                self._beta_const,
+                self.bonus == "sqrt",
+                slot,
+                items,
+                self.t + 1,
+                self._tie(),
+            )
+        )
+
+    def _update(self, u: int, x: np.ndarray, y: float) -> None:
+        slot = 0 if self._one else u
+        ridge_add(*self._st, self.reg, slot, x, y, self._every)
+        if self._one:
+            suff_add(*self._pu, u, x, y)
+        self.t += 1
+
+    def _run_kernel(self, users, items, means, noise, bernoulli, ties, choices, ncl) -> None:
+        _ridge_run(
+            self._st,
+            self._pu,
+            self.reg,
+            self._every,
+            self._beta_const,
+            self.bonus == "sqrt",
+            self._one,
+            users,
+            items,
+            means,
+            noise,
+            bernoulli,
+            ties,
+            self.t,
+            choices,
+            ncl,
+        )
+
+    def _user_arrays(self):
+        return self._pu
+
+
+class LinUCBOne(_RidgeLinUCB):
+    """LinUCB-One: a single ridge model shared by all users (SCLUB §5's baseline).
+
+    Parameters are those of :class:`ClusteringPolicy`. ``clusters()`` puts every user in one
+    cluster.
+    """
+
+    _one = True
+
+    def _labels(self) -> np.ndarray:
+        return np.zeros(self.n_users, dtype=np.int64)
+
+
+class LinUCBInd(_RidgeLinUCB):
+    """LinUCB-Ind: an independent ridge model per user (SCLUB §5's baseline).
+
+    Parameters are those of :class:`ClusteringPolicy`. ``clusters()`` puts every user alone.
+    """
+
+    def _labels(self) -> np.ndarray:
+        return np.arange(self.n_users, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------- SCLUB
+
+
+class SCLUB(ClusteringPolicy):
+    """Set-based clustering of bandits (Li, Chen, Li & Leung 2019, Algorithms 1–4).
+
+    Clusters are sets of users with pooled statistics S^j = I + Σ_{i∈C^j}(S_i − I) (kept by
+    :class:`~hierbandit.sclub.cluster_stats.ClusterStats`). Rounds are grouped in phases
+    s = 1, 2, ... of 2^s rounds (τ = 2^s − 2 + t). At a phase start every user is unchecked and
+    every cluster's pivot (θ̃^j, T̃^j) is frozen. Each round: recommend with the cluster's index
+    (line 11), Update user and cluster (Alg. 2), Split the user out of its cluster if
+    ‖θ̂_i − θ̃^j‖ > α_θ(F(T_i) + F(T̃^j)) or some member's frequency differs by more than
+    2α_p F(τ) (Alg. 3), mark the user checked, and Merge checked clusters with
+    ‖θ̂^{j1} − θ̂^{j2}‖ < α_θ/2 (F(T^{j1}) + F(T^{j2})) and ``|p̂^{j1} − p̂^{j2}|`` < α_p F(τ)
+    (Alg. 4).
+
+    Parameters
+    ----------
+    n_users, n_features
+        ``n_u`` and ``d``.
+    alpha_theta : float, default 1.0
+        α_θ. Theorem 1's 4R sqrt(d/λ_x) (about 55 on the paper's data) never splits within
+        10⁶ rounds; the default is the reference code's constant (C-17); see :meth:`theory`.
+    alpha_p : float, default 1/sqrt(2)
+        α_p in the paper's parametrisation (split threshold 2α_p F(τ), merge threshold
+        α_p F(τ)); 1/√2 gives the reference code's √2·F and √2·F/2 (C-17).
+    freq_test : {"pairwise", "cluster_avg"}, default "pairwise"
+        Split frequency test against every other member (paper) or against the cluster's
+        average frequency ``T^j/(|C^j|τ)`` (reference code).
+    use_frequency : bool, default True
+        ``False`` drops both frequency tests (B4.3).
+    pivot : {"phase_start", "current"}, default "phase_start"
+        Split against the phase-start pivot (paper; clusters created mid-phase get their pivot at
+        creation, C-19) or against the cluster's current estimate (reference code).
+    uncheck : {"phase", "round"}, default "phase"
+        Uncheck every user once per phase (paper) or before every round (reference code, where
+        merges then essentially never fire; C-21).
+    merge_scan : {"current", "all"}, default "current"
+        Merge the current user's cluster with the lowest-index consistent checked cluster until
+        none is left (App. E, C-22) or scan every pair of checked clusters j1 < j2 (reference
+        code; ``O(|J|²)`` per round).
+    double_count_split : bool, default False
+        Reproduce an aliasing in the reference code: a user split into a new cluster shares its
+        Gram matrix and moment vector with that cluster (the same array), so each later
+        observation of the user is added twice to both — the row (x, y) enters as (√2x, √2y)
+        while T_i grows by one — until the cluster is merged. This halves the singleton's
+        exploration bonus; it is on in :meth:`reference` only (see ``docs/sclub.md``).
+    beta, bonus, reg, recompute_every, tie_break, rng
+        See :class:`ClusteringPolicy`.
+    user_recompute_every : int or None, default 10_000
+        Exact recomputation period of each user's inverse.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> pol = SCLUB(n_users=4, n_features=3, rng=0)
+    >>> items = np.eye(3)
+    >>> k = pol.select(0, items); pol.update(0, items[k], 1.0)
+    >>> pol.n_clusters
+    1
+    """
+
+    _REFERENCE: ClassVar[dict[str, Any]] = {
+        "alpha_theta": 1.0,
+        "alpha_p": 1.0 / math.sqrt(2.0),
+        "freq_test": "cluster_avg",
+        "pivot": "current",
+        "uncheck": "round",
+        "merge_scan": "all",
+        "double_count_split": True,
+        "bonus": "no_sqrt",
+        "beta": "anytime",
+    }
+
+    def __init__(
+        self,
+        n_users: int,
+        n_features: int,
+        *,
+        alpha_theta: float = 1.0,
+        alpha_p: float = 1.0 / math.sqrt(2.0),
+        freq_test: str = "pairwise",
+        use_frequency: bool = True,
+        pivot: str = "phase_start",
+        uncheck: str = "phase",
+        merge_scan: str = "current",
+        double_count_split: bool = False,
+        beta: float | str = "anytime",
+        bonus: str = "sqrt",
+        reg: float = 1.0,
+        recompute_every: int | None = 2000,
+        user_recompute_every: int | None = 10_000,
+        tie_break: str = "random",
+        rng: Any = None,
+    ) -> None:
+        super().__init__(
+            n_users,
+            n_features,
+            beta=beta,
+            bonus=bonus,
+            reg=reg,
+            recompute_every=recompute_every,
+            tie_break=tie_break,
+            rng=rng,
+        )
+        self.double_count_split = check_bool(double_count_split, "double_count_split")
+        self.alpha_theta = check_scalar(alpha_theta, "alpha_theta", low=0.0, low_inclusive=False)
+        self.alpha_p = check_scalar(alpha_p, "alpha_p", low=0.0, low_inclusive=False)
+        self.freq_test = check_choice(freq_test, ("pairwise", "cluster_avg"), "freq_test")
+        self.use_frequency = check_bool(use_frequency, "use_frequency")
+        self.pivot = check_choice(pivot, ("phase_start", "current"), "pivot")
+        self.uncheck = check_choice(uncheck, ("phase", "round"), "uncheck")
+        self.merge_scan = check_choice(merge_scan, ("current", "all"), "merge_scan")
+        uevery = _check_every(user_recompute_every, "user_recompute_every")
+        self.user_recompute_every = user_recompute_every
+
+        U, d = self.n_users, self.n_features
+        self.stats = ClusterStats(
+            U,
+            d,
+            self.reg,
+            recompute_every=recompute_every,
+            user_recompute_every=user_recompute_every,
+        )
+        #: phase-start pivots θ̃^j, T̃^j per cluster slot
+        self.pivot_theta = np.zeros((U, d))
+        self.pivot_count = np.zeros(U, dtype=np.int64)
+        self._cstamp = np.zeros(U, dtype=np.int64)
+        self._nchk = np.zeros(U, dtype=np.int64)
+        self._tmin = np.zeros(U, dtype=np.int64)
+        self._tmax = np.zeros(U, dtype=np.int64)
+        self._nmin = np.zeros(U, dtype=np.int64)
+        self._nmin[0] = U
+        self._alias = np.zeros(U, dtype=np.bool_)
+        # sm[0] = epoch (unchecking increments it), sm[1:] = epoch at which each user was checked
+        self._sm = np.zeros(U + 1, dtype=np.int64)
+        self._sm[1:] = -1
+        freq = 0 if not self.use_frequency else (1 if self.freq_test == "pairwise" else 2)
+        self._ip = np.array(
+            [
+                freq,
+                0 if self.pivot == "phase_start" else 1,
+                0 if self.uncheck == "phase" else 1,
+                0 if self.merge_scan == "current" else 1,
+                uevery,
+                self._every,
+                1 if self.bonus == "sqrt" else 0,
+                1 if self.double_count_split else 0,
+            ],
+            dtype=np.int64,
+        )
+        self._fp = np.array([self.alpha_theta, self.alpha_p, self._beta_const])
+        self._X = (
+            self.pivot_theta,
+            self.pivot_count,
+            self._cstamp,
+            self._nchk,
+            self._tmin,
+            self._tmax,
+            self._nmin,
+            self._alias,
+        )
+        # F(T^j) (F(0) = 1) and θ̂^j[:4] per slot
+        self._XF = (np.ones(U), np.zeros((U, min(4, d))))
+        self._st = self.stats._state()
+
+    @classmethod
+    def theory(
+        cls,
+        n_users: int,
+        n_features: int,
+        *,
+        horizon: int = 2**20 - 1,
+        noise_scale: float = 0.5,
+        lambda_x: float | None = None,
+        **kwargs: Any,
+    ) -> SCLUB:
+        """Theorem 1's constants: α_θ = 4R sqrt(d/λ_x), α_p = 2, β = :func:`theory_beta`.
+
+        ``lambda_x`` defaults to 1/(2(d − 1)), the value for the paper's items (Eq. 3);
+        ``noise_scale`` R = 1/2 suits Bernoulli rewards. With these values SCLUB practically
+        never splits (C-17); provided for completeness.
+        """
+        d = check_positive_int(n_features, "n_features")
+        if lambda_x is None:
+            lambda_x = 1.0 / (2.0 * max(d - 1, 1))
+        lambda_x = check_scalar(lambda_x, "lambda_x", low=0.0, low_inclusive=False)
+        R = check_scalar(noise_scale, "noise_scale", low=0.0, low_inclusive=False)
+        params = {
+            "alpha_theta": 4.0 * R * math.sqrt(d / lambda_x),
+            "alpha_p": 2.0,
+            "beta": theory_beta(n_users, d, horizon, noise_scale=R),
+            **kwargs,
+        }
+        return cls(n_users, n_features, **params)
+
+    def _labels(self) -> np.ndarray:
+        return self.stats.labels
+
+    @property
+    def n_clusters(self) -> int:
+        return self.stats.n_clusters
+
+    @property
+    def checked(self) -> np.ndarray:
+        """Whether each user has been checked in the current phase (bool, shape (n_users,))."""
+        return self._sm[1:] == self._sm[0]
+
+    def _select(self, u: int, items: np.ndarray) -> int:
+        U, C, L = self._st
+        return int(_sclub_select(U, C, L, self._fp, self._ip, u, items, self.t + 1, self._tie()))
+
+    def _update(self, u: int, x: np.ndarray, y: float) -> None:
+        U, C, L = self._st
+        _sclub_update(
+            U, C, L, self._X, self._XF, self._sm, self._fp, self._ip, self.reg, u, x, y, self.t + 1
+        )
+        self.t += 1
+
+    def _run_kernel(self, users, items, means, noise, bernoulli, ties, choices, ncl) -> None:
+        U, C, L = self._st
+        _sclub_run(
+            U,
+            C,
+            L,
+            self._X,
+            self._XF,
+            self._sm,
+            self._fp,
+            self._ip,
+            self.reg,
+            users,
+            items,
+            means,
+            noise,
+            bernoulli,
+            ties,
+            self.t,
+            choices,
+            ncl,
+        )
+
+    def _user_arrays(self):
+        s = self.stats.users
+        return s.G, s.b, s.q, s.n
+
+
+# ---------------------------------------------------------------------- CLUB
+
+
+class CLUB(ClusteringPolicy):
+    """Graph-based clustering of bandits (Gentile, Li & Zappella 2014), as compared in SCLUB §5.
+
+    Users are the nodes of a graph that only loses edges. After each update of user ``i`` every
+    edge (i, ℓ) with ‖θ̂_i − θ̂_ℓ‖ > α₂(F(T_i) + F(T_ℓ)) is deleted; the clusters are the
+    connected components, whose pooled statistics S = I + Σ(S_i − I) serve the recommendation.
+    Only the component of ``i`` can split; it is re-explored by a breadth-first search over a
+    bitset adjacency matrix.
+
+    Parameters
+    ----------
+    n_users, n_features
+        ``n_u`` and ``d``.
+    alpha_2 : float, default 1.0
+        Edge-deletion scale α₂ (the reference code's value; specs/clustering.md B4.1).
+    graph : {"erdos_renyi", "complete"}, default "erdos_renyi"
+        Initial graph: Erdős–Rényi G(n_u, p), connected with high probability, as in the
+        experiments of both CLUB papers and the reference code; or the complete graph. The
+        initial clusters are its connected components.
+    edge_probability : float, optional
+        p of the random graph; default 3 ln(n_u)/n_u (the reference code's ``edge_probability``).
+    beta, bonus, reg, recompute_every, tie_break, rng
+        See :class:`ClusteringPolicy`. The random graph is drawn from the policy's second stream.
+    user_recompute_every : int or None, default 10_000
+        Exact recomputation period of each user's inverse.
+    """
+
+    _n_streams = 2
+    _REFERENCE: ClassVar[dict[str, Any]] = {
+        "alpha_2": 1.0,
+        "graph": "erdos_renyi",
+        "bonus": "no_sqrt",
+        "beta": "anytime",
+    }
+
+    def __init__(
+        self,
+        n_users: int,
+        n_features: int,
+        *,
+        alpha_2: float = 1.0,
+        graph: str = "erdos_renyi",
+        edge_probability: float | None = None,
+        beta: float | str = "anytime",
+        bonus: str = "sqrt",
+        reg: float = 1.0,
+        recompute_every: int | None = 2000,
+        user_recompute_every: int | None = 10_000,
+        tie_break: str = "random",
+        rng: Any = None,
+    ) -> None:
+        super().__init__(
+            n_users,
+            n_features,
+            beta=beta,
+            bonus=bonus,
+            reg=reg,
+            recompute_every=recompute_every,
+            tie_break=tie_break,
+            rng=rng,
+        )
+        self.alpha_2 = check_scalar(alpha_2, "alpha_2", low=0.0, low_inclusive=False)
+        self.graph = check_choice(graph, ("complete", "erdos_renyi"), "graph")
+        if edge_probability is not None:
+            edge_probability = check_scalar(edge_probability, "edge_probability", low=0.0, high=1.0)
+        self.edge_probability = edge_probability
+        self._uevery = _check_every(user_recompute_every, "user_recompute_every")
+        self.user_recompute_every = user_recompute_every
+        U = self.n_users
+        W = (U + 63) // 64
+        if U * W > MAX_STATE_ENTRIES:
+            raise ValueError(
+                f"n_users = {U} needs a {U}×{U} graph of {U * W:.3g} 64-bit words, more than "
+                f"{MAX_STATE_ENTRIES:.0e}"
+            )
+        self.adjacency = np.zeros((U, W), dtype=np.uint64)
+        if self.graph == "complete":
+            full = np.full(W, np.iinfo(np.uint64).max, dtype=np.uint64)
+            if U % 64:
+                full[-1] = np.uint64((1 << (U % 64)) - 1)
+            self.adjacency[:] = full
+            idx = np.arange(U)
+            self.adjacency[idx, idx >> 6] &= ~(np.uint64(1) << (idx & 63).astype(np.uint64))
+        else:
+            p = (
+                min(1.0, 3.0 * math.log(U) / U)
+                if self.edge_probability is None
+                else self.edge_probability
+            )
+            g = self._streams[1]
+            one = np.uint64(1)
+            for i in range(U - 1):  # edge (i, j), j > i, with probability p; O(edges) memory
+                js = i + 1 + np.flatnonzero(g.random(U - i - 1) < p)
+                if js.size:
+                    bits = np.left_shift(one, (js & 63).astype(np.uint64))
+                    np.bitwise_or.at(self.adjacency[i], js >> 6, bits)
+                    self.adjacency[js, i >> 6] |= one << np.uint64(i & 63)
+        self.stats = ClusterStats(
+            U,
+            self.n_features,
+            self.reg,
+            labels=_components(self.adjacency),
+            recompute_every=recompute_every,
+            user_recompute_every=user_recompute_every,
+        )
+        self._UF = (np.ones(U),)  # F(T_i) per user (F(0) = 1)
+        self._st = self.stats._state()
+
+    def edges(self) -> np.ndarray:
+        """Current adjacency matrix as a dense boolean array (n_users, n_users)."""
+        bits = np.unpackbits(self.adjacency.view(np.uint8), axis=1, bitorder="little")
+        return bits[:, : self.n_users].astype(bool)
+
+    @property
+    def n_edges(self) -> int:
+        """Number of undirected edges left."""
+        return int(np.unpackbits(self.adjacency.view(np.uint8)).sum()) // 2
+
+    def _labels(self) -> np.ndarray:
+        return self.stats.labels
+
+    @property
+    def n_clusters(self) -> int:
+        return self.stats.n_clusters
+
+    def _select(self, u: int, items: np.ndarray) -> int:
+        U, C, L = self._st
+        return int(
+            _club_select(
+                U, C, L, self._beta_const, self.bonus == "sqrt", u, items, self.t + 1, self._tie()
+            )
+        )
+
+    def _update(self, u: int, x: np.ndarray, y: float) -> None:
+        U, C, L = self._st
+        _club_update(
+            U,
+            C,
+            L,
+            self.adjacency,
+            self._UF,
+            self.alpha_2,
+            self.reg,
+            self._uevery,
+            self._every,
+            u,
+            x,
+            y,
+        )
+        self.t += 1
+
+    def _run_kernel(self, users, items, means, noise, bernoulli, ties, choices, ncl) -> None:
+        U, C, L = self._st
+        _club_run(
+            U,
+            C,
+            L,
+            self.adjacency,
+            self._UF,
+            self.alpha_2,
+            self.reg,
+            self._uevery,
+            self._every,
+            self._beta_const,
+            self.bonus == "sqrt",
+            users,
+            items,
+            means,
+            noise,
+            bernoulli,
+            ties,
+            self.t,
+            choices,
+            ncl,
+        )
+
+    def _user_arrays(self):
+        s = self.stats.users
+        return s.G, s.b, s.q, s.n
+
+
+def _components(adjacency: np.ndarray) -> np.ndarray:
+    """Connected-component labels of a bitset graph."""
+    n = adjacency.shape[0]
+    visited = np.zeros(adjacency.shape[1], dtype=np.uint64)
+    queue = np.empty(n, dtype=np.int64)
+    labels = np.full(n, -1, dtype=np.int64)
+    k = 0
+    for v in range(n):
+        if labels[v] >= 0:
+            continue
+        cnt = _component(adjacency, v, visited, queue)
+        labels[queue[:cnt]] = k
+        k += 1
+    return labels

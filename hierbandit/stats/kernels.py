@@ -1,0 +1,1032 @@
+"""Compiled d×d kernels of the statistics core (numba, no Python objects).
+
+Every routine works on small dense matrices (d up to a few dozen) batched over instances, where
+generic batched LAPACK calls are dominated by per-call overhead. The formulas are those of the
+ebm paper written in the inverse-free form (see ``docs/maths/ebm.md``):
+
+    M_j = Σ G_j + σ² I,  Minv_j = M_j⁻¹,  C̃_j = Minv_j Σ,  A_j = σ² Minv_j,
+    P = λ I + Σ_j A_jᵀ G_j / σ²,  r = Σ_j A_jᵀ b_j / σ²,  Φ = P⁻¹,  β̂₀ = Φ r,
+    β̂_j = A_j β̂₀ + C̃_j b_j,  C_j = σ² C̃_j + A_j Φ A_jᵀ,
+
+evaluated through Σ = L Lᵀ and S_j = σ²I + LᵀG_jL: C̃_j = L S_j⁻¹ Lᵀ (a Gram matrix) and
+Minv_j = L S_j⁻¹ L⁻¹, so that C̃_j, Φ and every C_j are positive semi-definite by construction.
+
+Numerical range: a Sherman–Morrison step whose denominator exceeds ``SM_LIMIT`` is replaced by
+an exact refactorisation, and a Cholesky factorisation that rounding defeats (a regulariser
+below the resolution of huge data) falls back to :func:`psd_inverse_floor` or
+:func:`cholesky_floored`, whose floors are bounds the exact matrices satisfy. The kernels cannot
+raise on finite input: every division is by a positive pivot or a checked denominator.
+
+These kernels trust their inputs; validation lives in the public wrappers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from hierbandit.stats.linalg import (
+    cholesky_inverse,
+    cholesky_inverse_lower,
+    cholesky_lower,
+    cholesky_solve_into,
+    full_rank_cholesky_into,
+    inv_general_into,
+    psd_inverse_floor,
+    psd_root,
+    spd_inverse_into,
+)
+
+_JIT = {"cache": True, "nogil": True}
+
+#: a Sherman–Morrison step of the ridge and cluster statistics with 1 + xᵀA⁻¹x above this is
+#: replaced by an exact refactorisation: its relative rounding error along the update is
+#: about ε times that number, here at most 2e-12
+SM_LIMIT = 1e4
+
+#: the same limit for the two Sherman–Morrison steps of the hierarchical rank-one update
+#: (:func:`rank_one_update`), whose denominators are routinely 1e3–1e4 in ordinary runs (the
+#: shared-mean step under the weak hyperprior λ = 1e-3, first rows under a large Σ̂): at most
+#: 2e-8 of relative error per step, and ordinary runs never refactorise
+EBM_SM_LIMIT = 1e8
+
+#: largest entry of an estimated Σ̂ (the scatter of per-instance OLS estimates) and largest
+#: σ̂² that are used; beyond them (or on overflow) the previous value is kept, so that every
+#: product of the posterior (Σ̂ G, σ̂² C̃, C̃ b) stays far from overflow
+SIGMA_MAX = 1e100
+SIGMA2_MAX = 1e100
+
+#: up to this dimension the d×d products are written as dot products, above it as row updates
+#: whose contiguous inner loops vectorise (both measured on d = 3, 10 and 20)
+_SMALL_D = 6
+
+
+@njit(**_JIT)
+def sigma_root(Sigma, L):
+    """A square root L Lᵀ = Σ of a symmetric positive semi-definite Σ into ``L``: the Cholesky
+    factor (returns True), or V·diag(√max(w, 0)) from the eigendecomposition when Σ is
+    singular (returns False)."""
+    d = Sigma.shape[0]
+    return sigma_root_into(Sigma, L, np.empty((d, d)))
+
+
+@njit(**_JIT)
+def sigma_root_into(Sigma, L, S):
+    """:func:`sigma_root` with the caller's (d, d) scratch ``S``."""
+    d = Sigma.shape[0]
+    for i in range(d):
+        for k in range(d):
+            S[i, k] = 0.5 * (Sigma[i, k] + Sigma[k, i])
+    if cholesky_lower(S, L):
+        return True
+    w, V = np.linalg.eigh(S)
+    for k in range(d):
+        c = np.sqrt(w[k]) if w[k] > 0.0 else 0.0
+        for i in range(d):
+            L[i, k] = V[i, k] * c
+    return False
+
+
+@njit(**_JIT)
+def _gram_factor(K, R, Lr, W, Ctj, sigma2):
+    """S = K + σ²I from the lower triangle of ``K`` (made symmetric in place); if S = R Rᵀ
+    factorises: W = Lr R⁻ᵀ and C̃_j = W Wᵀ (exactly symmetric), and True; else False with
+    ``K`` holding S."""
+    d = K.shape[0]
+    for i in range(d):
+        for k in range(i):
+            K[k, i] = K[i, k]
+        K[i, i] += sigma2
+    if not cholesky_lower(K, R):
+        return False
+    # W = Lr R⁻ᵀ: solve W Rᵀ = Lr by forward substitution, row by row of W
+    for i in range(d):
+        for k in range(d):
+            t = Lr[i, k]
+            for m in range(k):
+                t -= R[k, m] * W[i, m]
+            W[i, k] = t / R[k, k]
+    for i in range(d):
+        for k in range(i + 1):
+            t = 0.0
+            for m in range(d):
+                t += W[i, m] * W[k, m]
+            Ctj[i, k] = t
+            Ctj[k, i] = t
+    return True
+
+
+@njit(**_JIT)
+def gram_ctilde(Gj, Lr, sigma2, Ctj, K, R, W, tri=False):
+    """C̃_j = (ΣG_j + σ²I)⁻¹Σ from Σ = Lr Lrᵀ, positive semi-definite by construction
+    (``K``, ``R``, ``W``: (d, d) scratch; ``tri``: ``Lr`` is lower triangular).
+
+    With S = σ²I + Lrᵀ G_j Lr (⪰ σ²I), C̃_j = Lr S⁻¹ Lrᵀ = W Wᵀ with W = Lr R⁻ᵀ (S = R Rᵀ).
+    When rounding hides σ² in S (huge G_j), S⁻¹ comes from :func:`psd_inverse_floor` with
+    the floor σ² and is left in ``R``; returns False in that case (True: ``R`` holds the
+    Cholesky factor of S).
+    """
+    d = Gj.shape[0]
+    # K = Lrᵀ G Lr (lower triangle; ``tri``: Lr is lower triangular); S = σ² I + K
+    for i in range(d):
+        for k in range(d):
+            t = 0.0
+            for m in range(k if tri else 0, d):
+                t += 0.5 * (Gj[i, m] + Gj[m, i]) * Lr[m, k]
+            W[i, k] = t  # G Lr
+    for i in range(d):
+        for k in range(i + 1):
+            t = 0.0
+            for m in range(i if tri else 0, d):
+                t += Lr[m, i] * W[m, k]
+            K[i, k] = t
+    if _gram_factor(K, R, Lr, W, Ctj, sigma2):
+        return True
+    psd_inverse_floor(K, sigma2, R)  # R = S⁻¹
+    for i in range(d):
+        for k in range(d):
+            t = 0.0
+            for m in range(d):
+                t += Lr[i, m] * R[m, k]
+            W[i, k] = t  # Lr S⁻¹
+    for i in range(d):
+        for k in range(i + 1):
+            t = 0.0
+            for m in range(d):
+                t += W[i, m] * Lr[k, m]
+            Ctj[i, k] = t
+            Ctj[k, i] = t
+    return False
+
+
+@njit(**_JIT)
+def instance_blocks(Gj, Lr, Linv, sigma2, Ctj, Minv, K, R, W):
+    """C̃_j (a Gram matrix) and M_j⁻¹ = (ΣG_j + σ²I)⁻¹ of one instance, Σ = Lr Lrᵀ with Lr
+    lower triangular and invertible (``Linv`` = Lr⁻¹; ``K``, ``R``, ``W``: (d, d) scratch).
+
+    With S = σ²I + Lrᵀ G_j Lr = R Rᵀ and W = Lr R⁻ᵀ: C̃_j = W Wᵀ and
+    M_j⁻¹ = Lr S⁻¹ Lr⁻¹ = W (R⁻¹ Lr⁻¹). When rounding hides σ² in S, S⁻¹ is the floored
+    inverse of :func:`psd_inverse_floor` instead (see :func:`gram_ctilde`). ``G_j`` is
+    symmetric (sums of outer products).
+    """
+    d = Gj.shape[0]
+    # W = G Lr and K = Lrᵀ W + σ²I (Lr lower triangular); dot products for small d, row
+    # updates (contiguous inner loops) otherwise
+    if d <= _SMALL_D:
+        for i in range(d):
+            for k in range(d):
+                t = 0.0
+                for m in range(k, d):
+                    t += Gj[i, m] * Lr[m, k]
+                W[i, k] = t
+        for i in range(d):
+            for k in range(i + 1):
+                t = 0.0
+                for m in range(i, d):
+                    t += Lr[m, i] * W[m, k]
+                K[i, k] = t
+    else:
+        for i in range(d):
+            for k in range(d):
+                W[i, k] = 0.0
+                K[i, k] = 0.0
+            for m in range(d):
+                g = Gj[i, m]
+                for k in range(m + 1):
+                    W[i, k] += g * Lr[m, k]
+        for m in range(d):
+            for i in range(m + 1):
+                c = Lr[m, i]
+                for k in range(i + 1):
+                    K[i, k] += c * W[m, k]
+    if _gram_factor(K, R, Lr, W, Ctj, sigma2):
+        # K = R⁻¹ Lr⁻¹ (lower triangular; forward substitution on R K = Lr⁻¹), M⁻¹ = W K
+        if d <= _SMALL_D:
+            for i in range(d):
+                inv = 1.0 / R[i, i]
+                for k in range(i + 1):
+                    t = Linv[i, k]
+                    for m in range(k, i):
+                        t -= R[i, m] * K[m, k]
+                    K[i, k] = t * inv
+            for i in range(d):
+                for k in range(d):
+                    t = 0.0
+                    for m in range(k, d):
+                        t += W[i, m] * K[m, k]
+                    Minv[i, k] = t
+        else:
+            for i in range(d):
+                for k in range(d):
+                    K[i, k] = Linv[i, k] if k <= i else 0.0
+                for m in range(i):
+                    c = R[i, m]
+                    for k in range(m + 1):
+                        K[i, k] -= c * K[m, k]
+                inv = 1.0 / R[i, i]
+                for k in range(i + 1):
+                    K[i, k] *= inv
+            for i in range(d):
+                for k in range(d):
+                    Minv[i, k] = 0.0
+                for m in range(d):
+                    c = W[i, m]
+                    for k in range(m + 1):
+                        Minv[i, k] += c * K[m, k]
+        return True
+    gram_ctilde(Gj, Lr, sigma2, Ctj, K, R, W, True)  # floored S⁻¹ left in R
+    for i in range(d):
+        for k in range(d):
+            t = 0.0
+            for m in range(i + 1):
+                t += Lr[i, m] * R[m, k]
+            W[i, k] = t
+    for i in range(d):
+        for k in range(d):
+            t = 0.0
+            for m in range(k, d):
+                t += W[i, m] * Linv[m, k]
+            Minv[i, k] = t
+    return False
+
+
+@njit(**_JIT)
+def shared_inverse(P, P0, Phi):
+    """Φ = P⁻¹ (Cholesky). P = P0 + Σ_j X_jᵀV_j⁻¹X_j ⪰ P0, so when rounding makes P
+    numerically singular the fallback floors the eigenvalues at λ_min(P0). Returns False then."""
+    d = P.shape[0]
+    return shared_inverse_into(P, P0, Phi, np.empty((d, d)), np.empty((d, d)))
+
+
+@njit(**_JIT)
+def shared_inverse_into(P, P0, Phi, L, Li):
+    """:func:`shared_inverse` with the caller's (d, d) scratch ``L`` and ``Li``."""
+    if cholesky_lower(P, L):
+        cholesky_inverse(L, Phi, Li)
+        return True
+    w = np.linalg.eigvalsh(0.5 * (P0 + P0.T))
+    psd_inverse_floor(P, w[0] if w[0] > 0.0 else 0.0, Phi)
+    return False
+
+
+@njit(**_JIT)
+def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
+    """Exact two-level posterior of one arm from per-instance sufficient statistics.
+
+    The shared mean has the Gaussian prior N(P0⁻¹h0, P0⁻¹) — the paper's N(0, λ⁻¹I) is
+    P0 = λI, h0 = 0 — so P = P0 + Σ_j A_jᵀG_j/σ² and r = h0 + Σ_j A_jᵀb_j/σ².
+
+    Fills ``Ct`` (N,d,d) = C̃_j, ``A`` (N,d,d) = A_j, ``P`` = Φ⁻¹, ``r``, ``Phi`` = Φ and
+    ``beta0`` = β̂₀ in place. With Σ = Lr Lrᵀ (Cholesky) and S_j = σ²I + Lrᵀ G_j Lr ⪰ σ²I,
+    C̃_j = Lr S_j⁻¹ Lrᵀ (a Gram matrix, :func:`gram_ctilde`) and A_j = σ²M_j⁻¹ with
+    M_j⁻¹ = (ΣG_j + σ²I)⁻¹ = Lr S_j⁻¹ Lr⁻¹; for a singular Σ, M_j⁻¹ comes from Gauss–Jordan.
+    C̃_j and Φ (:func:`shared_inverse`) are symmetric positive semi-definite by construction,
+    so every posterior covariance C_j = σ²C̃_j + A_jΦA_jᵀ is too, whatever rounding does. Returns False when P
+    could not be factorised (singular with an improper prior P0 = 0, or P0 below the
+    resolution of the data's information) and Φ comes from the floored eigendecomposition.
+    """
+    N, d = b.shape
+    buf = np.empty((7, d, d))  # scratch
+    M, Minv, Lr, K, R, W, Linv = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6]
+    triangular = sigma_root_into(Sigma, Lr, M)
+    if triangular:
+        cholesky_inverse_lower(Lr, Linv)
+    for i in range(d):
+        r[i] = h0[i]
+        for k in range(d):
+            P[i, k] = P0[i, k]
+    for j in range(N):
+        if triangular:
+            instance_blocks(G[j], Lr, Linv, sigma2, Ct[j], Minv, K, R, W)
+        else:
+            # singular Σ: C̃_j by gram_ctilde, M = ΣG_j + σ²I by Gauss–Jordan
+            gram_ctilde(G[j], Lr, sigma2, Ct[j], K, R, W, False)
+            for i in range(d):
+                for k in range(d):
+                    s = 0.0
+                    for m in range(d):
+                        s += Sigma[i, m] * G[j, m, k]
+                    M[i, k] = s + (sigma2 if i == k else 0.0)
+            if not inv_general_into(M, Minv, W):
+                # an exactly singular pivot (σ² lost to rounding): σ²M⁻¹ = I − C̃_j G_j
+                for i in range(d):
+                    for k in range(d):
+                        s = 0.0
+                        for m in range(d):
+                            s += Ct[j, i, m] * G[j, m, k]
+                        Minv[i, k] = ((1.0 if i == k else 0.0) - s) / sigma2
+        for i in range(d):
+            for k in range(d):
+                A[j, i, k] = sigma2 * Minv[i, k]
+        # P += Minvᵀ G_j ; r += Minvᵀ b_j   (A_jᵀ/σ² = Minvᵀ)
+        for i in range(d):
+            s = 0.0
+            for m in range(d):
+                s += Minv[m, i] * b[j, m]
+            r[i] += s
+        if d <= _SMALL_D:
+            for i in range(d):
+                for k in range(d):
+                    s = 0.0
+                    for m in range(d):
+                        s += Minv[m, i] * G[j, m, k]
+                    P[i, k] += s
+        else:
+            for m in range(d):
+                for i in range(d):
+                    c = Minv[m, i]
+                    for k in range(d):
+                        P[i, k] += c * G[j, m, k]
+    for i in range(d):
+        for k in range(i):
+            v = 0.5 * (P[i, k] + P[k, i])
+            P[i, k] = v
+            P[k, i] = v
+    ok = shared_inverse_into(P, P0, Phi, R, W)
+    for i in range(d):
+        s = 0.0
+        for k in range(d):
+            s += Phi[i, k] * r[k]
+        beta0[i] = s
+    return ok
+
+
+@njit(**_JIT)
+def instance_moments_root(Ct, A, b, beta0, PhiRoot, sigma2, mean, cov):
+    """β̂_j = A β̂₀ + C̃ b and C_j = σ² C̃ + (AF)(AF)ᵀ for one (arm, instance), F Fᵀ = Φ.
+
+    Both terms are positive semi-definite by construction (C̃ is kept so, and the second is a
+    Gram matrix), so C_j is whatever the conditioning of A and Φ.
+    """
+    d = b.shape[0]
+    AF = np.empty((d, d))
+    for i in range(d):
+        s = 0.0
+        for k in range(d):
+            s += A[i, k] * beta0[k] + Ct[i, k] * b[k]
+        mean[i] = s
+        for k in range(d):
+            s = 0.0
+            for m in range(d):
+                s += A[i, m] * PhiRoot[m, k]
+            AF[i, k] = s
+    for i in range(d):
+        for k in range(i + 1):
+            s = 0.0
+            for m in range(d):
+                s += AF[i, m] * AF[k, m]
+            v = sigma2 * 0.5 * (Ct[i, k] + Ct[k, i]) + s
+            cov[i, k] = v
+            cov[k, i] = v
+
+
+@njit(**_JIT)
+def instance_moments(Ct, A, b, beta0, Phi, sigma2, mean, cov):
+    """β̂_j = A β̂₀ + C̃ b and C_j = σ² C̃ + A Φ Aᵀ for one (arm, instance)
+    (:func:`instance_moments_root` with a square root of Φ)."""
+    d = b.shape[0]
+    F = np.empty((d, d))
+    psd_root(Phi, F)
+    instance_moments_root(Ct, A, b, beta0, F, sigma2, mean, cov)
+
+
+@njit(**_JIT)
+def all_moments(Ct, A, b, beta0, Phi, sigma2, mean, cov):
+    """``instance_moments`` for every (arm, instance): arrays with leading (K, N) axes."""
+    K, N = b.shape[0], b.shape[1]
+    d = b.shape[2]
+    F = np.empty((d, d))
+    for k in range(K):
+        psd_root(Phi[k], F)
+        for j in range(N):
+            instance_moments_root(
+                Ct[k, j], A[k, j], b[k, j], beta0[k], F, sigma2[k], mean[k, j], cov[k, j]
+            )
+
+
+@njit(**_JIT)
+def score_arms(x, j, Ct, A, b, beta0, Phi, sigma2, literal_44, mu, tau):
+    """Predicted mean μ̂ (5.1) and posterior sd τ (5.2) of every arm for instance ``j``.
+
+    τ² = σ² xᵀC̃x + (Aᵀx)ᵀ Φ (Aᵀx), which never forms C_j. With ``literal_44`` the mean is the
+    paper's printed (4.4), xᵀ(A β̂₀ + C̃ b)/σ², kept only to document the typo.
+    """
+    K = b.shape[0]
+    d = x.shape[0]
+    u = np.empty(d)
+    for k in range(K):
+        C = Ct[k, j]
+        Ak = A[k, j]
+        m = 0.0
+        q = 0.0
+        for i in range(d):
+            ci = 0.0
+            ui = 0.0
+            bi = 0.0
+            for m_ in range(d):
+                ci += C[i, m_] * x[m_]
+                ui += Ak[m_, i] * x[m_]
+                bi += Ak[i, m_] * beta0[k, m_] + C[i, m_] * b[k, j, m_]
+            u[i] = ui
+            m += x[i] * bi
+            q += x[i] * ci
+        v = sigma2[k] * q
+        for i in range(d):
+            s = 0.0
+            for m_ in range(d):
+                s += Phi[k, i, m_] * u[m_]
+            v += u[i] * s
+        mu[k] = m / sigma2[k] if literal_44 else m
+        tau[k] = np.sqrt(v) if v > 0.0 else 0.0
+
+
+@njit(**_JIT)
+def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
+    """Add one observation to instance j of an arm with the hyperparameters held fixed.
+
+    Sherman–Morrison on C̃_j and A_j, a rank-one increment of P = Φ⁻¹ (Lemma D.3 of the ebm
+    paper, in the corrected form (I + vvᵀ)⁻¹ = I − vvᵀ/(1 + vᵀv)), Sherman–Morrison on Φ, and the
+    change of instance j's term in r. Updates ``Gj``/``bj`` too. O(d²).
+
+    Both Sherman–Morrison steps subtract a rank-one term that cancels all but a fraction 1/s of
+    the matrix along the update (s = 1 + xᵀC̃_jx, resp. the denominator of the Φ step). When
+    either s is above ``EBM_SM_LIMIT`` (or not ≥ 1/2) only ``Gj`` and ``bj`` are updated and
+    False is returned: the caller must then recompute the arm from its sufficient statistics.
+    """
+    d = x.shape[0]
+    cx = np.empty(d)
+    ax = np.empty(d)
+    s = 1.0
+    for i in range(d):
+        c = 0.0
+        a = 0.0
+        for m in range(d):
+            c += Ctj[i, m] * x[m]
+            a += Aj[m, i] * x[m]
+        cx[i] = c
+        ax[i] = a
+    for i in range(d):
+        s += x[i] * cx[i]
+    # u = Aᵀx / σ² (with the pre-update A), the Φ step's vector and denominator
+    u = np.empty(d)
+    for i in range(d):
+        u[i] = ax[i] / sigma2
+    Pu = np.empty(d)
+    uPu = 0.0
+    for i in range(d):
+        t = 0.0
+        for m in range(d):
+            t += Phi[i, m] * u[m]
+        Pu[i] = t
+        uPu += u[i] * t
+    good = 0.5 <= s <= EBM_SM_LIMIT
+    if good:
+        c = sigma2 / s
+        den = 1.0 + c * uPu
+        good = 0.5 <= den <= EBM_SM_LIMIT
+    if not good:
+        for i in range(d):
+            bj[i] += x[i] * y
+            for m in range(d):
+                Gj[i, m] += x[i] * x[m]
+        return False
+    # old contribution of instance j to r: A_jᵀ b_j / σ²
+    old_r = np.empty(d)
+    for i in range(d):
+        t = 0.0
+        for m in range(d):
+            t += Aj[m, i] * bj[m]
+        old_r[i] = t / sigma2
+    # sufficient statistics
+    for i in range(d):
+        bj[i] += x[i] * y
+        for m in range(d):
+            Gj[i, m] += x[i] * x[m]
+    # C̃ ← C̃ − c̃x c̃xᵀ / s (one triangle, mirrored) ;  A ← A − c̃x (Aᵀx)ᵀ / s
+    for i in range(d):
+        for m in range(d):
+            if m >= i:
+                v = Ctj[i, m] - cx[i] * cx[m] / s
+                Ctj[i, m] = v
+                Ctj[m, i] = v
+            Aj[i, m] -= cx[i] * ax[m] / s
+    # P += (σ²/s) u uᵀ ; Φ by Sherman–Morrison (one triangle, mirrored)
+    for i in range(d):
+        for m in range(d):
+            P[i, m] += c * u[i] * u[m]
+    for i in range(d):
+        for m in range(i, d):
+            v = Phi[i, m] - c * Pu[i] * Pu[m] / den
+            Phi[i, m] = v
+            Phi[m, i] = v
+    for i in range(d):
+        t = 0.0
+        for m in range(d):
+            t += Aj[m, i] * bj[m]
+        r[i] += t / sigma2 - old_r[i]
+    for i in range(d):
+        t = 0.0
+        for m in range(d):
+            t += Phi[i, m] * r[m]
+        beta0[i] = t
+    return True
+
+
+# ---------------------------------------------------------------------- empirical Bayes
+
+
+@njit(**_JIT)
+def ols_all(G, b, ridge, rank_tol, B, ok):
+    """Per-instance OLS β̂ = (G + ridge I)⁻¹ b where G itself is numerically full rank.
+
+    ``ok[j]`` is :func:`full_rank_cholesky` of G_j. The ridge (spec §3.2 ``ols_ridge``) only
+    regularises the solve; it never makes a rank-deficient instance (T_j < d) count.
+    """
+    N, d = b.shape
+    Gr = np.empty((d, d))
+    L = np.empty((d, d))
+    z = np.empty(d)
+    for j in range(N):
+        ok[j] = full_rank_cholesky_into(G[j], rank_tol, L, Gr)
+        if not ok[j]:
+            continue
+        if ridge > 0.0:
+            for i in range(d):
+                for k in range(d):
+                    Gr[i, k] = 0.5 * (G[j, i, k] + G[j, k, i]) + (ridge if i == k else 0.0)
+            cholesky_lower(Gr, L)
+        cholesky_solve_into(L, b[j], B[j], z)
+
+
+@njit(**_JIT)
+def _norm_factor(n, normalization):
+    # 0 = "n-1", 1 = "n", 2 = "none"
+    if normalization == 0:
+        return 1.0 / (n - 1) if n > 1 else 1.0
+    if normalization == 1:
+        return 1.0 / n
+    return 1.0
+
+
+@njit(**_JIT)
+def scatter_cov(B, idx, normalization, S):
+    """Normalised scatter Σ_j β_jβ_jᵀ − (1/n)(Σβ)(Σβ)ᵀ over the rows ``idx`` of B (paper §4.3)."""
+    n = idx.shape[0]
+    d = B.shape[1]
+    mean = np.zeros(d)
+    for t in range(n):
+        for i in range(d):
+            mean[i] += B[idx[t], i]
+    for i in range(d):
+        mean[i] /= n
+    f = _norm_factor(n, normalization)
+    for i in range(d):
+        for k in range(i + 1):
+            s = 0.0
+            for t in range(n):
+                s += (B[idx[t], i] - mean[i]) * (B[idx[t], k] - mean[k])
+            S[i, k] = s * f
+            S[k, i] = s * f
+
+
+@njit(**_JIT)
+def threshold_loss(S1, S2, gamma, threshold_diagonal):
+    """‖T_γ(S1) − S2‖²_F with hard thresholding (the diagonal kept unless asked otherwise)."""
+    d = S1.shape[0]
+    loss = 0.0
+    for i in range(d):
+        for k in range(d):
+            v = S1[i, k]
+            if (i != k or threshold_diagonal) and abs(v) < gamma:
+                v = 0.0
+            e = v - S2[i, k]
+            loss += e * e
+    return loss
+
+
+@njit(**_JIT)
+def threshold_grid(S, threshold_diagonal):
+    """Candidate thresholds {0} ∪ {|s_il|} ∪ {∞} in increasing order (i < l; diagonal too if
+    thresholded).
+
+    Entries with |s| ≥ γ are kept, so γ = |s_il| keeps s_il; the final candidate ∞ zeroes every
+    thresholdable entry (a diagonal Σ̂ when the diagonal is kept), which the paper's rule must be
+    able to choose.
+    """
+    d = S.shape[0]
+    m = d * (d - 1) // 2 + (d if threshold_diagonal else 0)
+    vals = np.empty(m + 2)
+    vals[0] = 0.0
+    vals[m + 1] = np.inf
+    c = 1
+    for i in range(d):
+        for k in range(i + 1 if not threshold_diagonal else i, d):
+            vals[c] = abs(S[i, k])
+            c += 1
+    return np.unique(vals)
+
+
+@njit(**_JIT)
+def bickel_levina_cv(B, normalization, threshold_diagonal, uniforms, grid, risk):
+    """Random-split cross-validation of the hard threshold (Bickel & Levina 2008, §4).
+
+    ``B`` holds the n usable OLS vectors; split r puts the n₂ = ⌊n / log n⌋ rows with the smallest
+    ``uniforms[r, :n]`` in the validation half (``uniforms`` may have more columns, one per instance
+    of the arm, of which the first n are used; ties go to the smaller index, as in a stable
+    ``argsort(uniforms[r, :n])``). ``risk[g]`` receives the mean Frobenius loss
+    ‖T_γ(Ŝ₁) − Ŝ₂‖²_F of threshold ``grid[g]``. Returns the index of the smallest threshold
+    attaining the minimum, or 0 (no thresholding) when either half would hold fewer than two
+    vectors.
+
+    All splits at once, without data-dependent branches (the splits change at every call, so
+    branches would be mispredicted): the 0/1 validation masks W (R × n) come from rank counts;
+    the validation sums and outer-product sums of every split are one product W Z, where row t of
+    Z holds the centred vector β_t and the upper triangle of β_tβ_tᵀ; the training half's sums are
+    the totals over all rows minus the validation half's. The risk over the grid is accumulated
+    per matrix entry as a step function of γ: the entry's "keep" loss below its first grid point
+    above |a₁|, its "drop" loss from there on.
+    """
+    n, d = B.shape
+    G = grid.shape[0]
+    for g in range(G):
+        risk[g] = 0.0
+    if n < 2:
+        return 0
+    n2 = int(np.floor(n / np.log(n)))
+    n1 = n - n2
+    if n1 < 2 or n2 < 2:
+        return 0
+    m = d + d * (d + 1) // 2
+    # centre the rows (covariances are shift invariant; this avoids cancellation below)
+    Z = np.empty((n, m))
+    for i in range(d):
+        mu = 0.0
+        for t in range(n):
+            mu += B[t, i]
+        mu /= n
+        for t in range(n):
+            Z[t, i] = B[t, i] - mu
+    for t in range(n):
+        c = d
+        for i in range(d):
+            for k in range(i, d):
+                Z[t, c] = Z[t, i] * Z[t, k]
+                c += 1
+    tot = np.zeros(m)
+    for t in range(n):
+        for j in range(m):
+            tot[j] += Z[t, j]
+    R = uniforms.shape[0]
+    W = np.empty((R, n))
+    for rr in range(R):
+        u = uniforms[rr]
+        for t in range(n):
+            ut = u[t]
+            rank = 0
+            for s in range(t):  # an equal entry with a smaller index ranks first
+                rank += u[s] <= ut
+            for s in range(t + 1, n):
+                rank += u[s] < ut
+            W[rr, t] = 1.0 if rank < n2 else 0.0
+    V = np.dot(W, Z)  # validation sums of every split
+    f1 = _norm_factor(n1, normalization)
+    f2 = _norm_factor(n2, normalization)
+    # step[g]: change of the risk at grid point g (the drop-minus-keep losses of the entries
+    # whose first grid point above |a₁| is g); base: the sum of the keep losses
+    step = np.zeros(G + 1)
+    base = 0.0
+    for rr in range(R):
+        c = d
+        for i in range(d):
+            s2i = V[rr, i]
+            s1i = tot[i] - s2i
+            for k in range(i, d):
+                s2k = V[rr, k]
+                s1k = tot[k] - s2k
+                a1 = (tot[c] - V[rr, c] - s1i * s1k / n1) * f1
+                a2 = (V[rr, c] - s2i * s2k / n2) * f2
+                c += 1
+                w = 1.0 if i == k else 2.0
+                e_keep = (a1 - a2) * (a1 - a2) * w
+                base += e_keep
+                if i != k or threshold_diagonal:
+                    # the entry is zeroed at every grid point γ > |a₁|
+                    aa = abs(a1)
+                    g = 0
+                    for gg in range(G):
+                        g += not aa < grid[gg]
+                    step[g] += a2 * a2 * w - e_keep
+    acc = base
+    best = 0
+    for g in range(G):
+        acc += step[g]
+        risk[g] = acc / R
+        if risk[g] < risk[best]:
+            best = g
+    return best
+
+
+@njit(**_JIT)
+def apply_threshold(S, gamma, threshold_diagonal, out):
+    d = S.shape[0]
+    for i in range(d):
+        for k in range(d):
+            v = S[i, k]
+            if (i != k or threshold_diagonal) and abs(v) < gamma:
+                v = 0.0
+            out[i, k] = v
+
+
+@njit(**_JIT)
+def psd_floor(S, eig_floor, out):
+    """Project a symmetric matrix onto {eigenvalues ≥ eig_floor} (spectral clipping)."""
+    d = S.shape[0]
+    Ss = 0.5 * (S + S.T)
+    w, V = np.linalg.eigh(Ss)
+    for i in range(d):
+        if w[i] < eig_floor:
+            w[i] = eig_floor
+    for i in range(d):
+        for k in range(i + 1):
+            s = 0.0
+            for m in range(d):
+                s += V[i, m] * w[m] * V[k, m]
+            out[i, k] = s
+            out[k, i] = s
+
+
+@njit(**_JIT)
+def _within(S, bound):
+    """Every entry of ``S`` is finite and at most ``bound`` in magnitude."""
+    for i in range(S.shape[0]):
+        for k in range(S.shape[1]):
+            if not abs(S[i, k]) <= bound:
+                return False
+    return True
+
+
+@njit(**_JIT)
+def estimate_Sigma(
+    G,
+    b,
+    sigma2,
+    ridge,
+    rank_tol,
+    normalization,
+    threshold_mode,
+    gamma_fixed,
+    threshold_diagonal,
+    eig_floor,
+    min_instances,
+    debias,
+    uniforms,
+    Sigma_prev,
+    Sigma_out,
+):
+    """Thresholded covariance of the per-instance OLS estimates (ebm §4.3 with spec §3.2–3.3).
+
+    ``threshold_mode``: 0 = cross-validated, 1 = fixed ``gamma_fixed``, 2 = none.
+    Returns (gamma, n_eff); when fewer than ``min_instances`` instances have full-rank data,
+    or when the scatter has an entry beyond ``SIGMA_MAX`` in magnitude (or not finite),
+    ``Sigma_prev`` is copied to ``Sigma_out`` and gamma is NaN.
+    """
+    N, d = b.shape
+    B = np.empty((N, d))
+    ok = np.empty(N, dtype=np.bool_)
+    ols_all(G, b, ridge, rank_tol, B, ok)
+    n_eff = 0
+    for j in range(N):
+        if ok[j]:
+            n_eff += 1
+    if n_eff < max(min_instances, 2):
+        Sigma_out[:, :] = Sigma_prev
+        return np.nan, n_eff
+    Be = np.empty((n_eff, d))
+    c = 0
+    idx_eff = np.empty(n_eff, dtype=np.int64)
+    for j in range(N):
+        if ok[j]:
+            Be[c] = B[j]
+            idx_eff[c] = j
+            c += 1
+    S = np.empty((d, d))
+    scatter_cov(Be, np.arange(n_eff), normalization, S)
+    if not _within(S, SIGMA_MAX):
+        # the OLS estimates' scatter is beyond what the posterior can carry (or overflowed):
+        # Σ̂ is not estimable in float64, keep the previous value
+        Sigma_out[:, :] = Sigma_prev
+        return np.nan, n_eff
+    gamma = 0.0
+    if threshold_mode == 1:
+        gamma = gamma_fixed
+    elif threshold_mode == 0:
+        # the threshold is cross-validated on the plain covariance of the OLS vectors
+        grid = threshold_grid(S, threshold_diagonal)
+        risk = np.empty(grid.shape[0])
+        gamma = grid[bickel_levina_cv(Be, normalization, threshold_diagonal, uniforms, grid, risk)]
+    if debias:
+        # subtract σ̂² · mean_j G_j⁻¹ (method-of-moments correction of the OLS sampling noise)
+        Gr = np.empty((d, d))
+        Gi = np.empty((d, d))
+        L = np.empty((d, d))
+        Li = np.empty((d, d))
+        for t in range(n_eff):
+            j = idx_eff[t]
+            for i in range(d):
+                for k in range(d):
+                    Gr[i, k] = G[j, i, k] + (ridge if i == k else 0.0)
+            spd_inverse_into(Gr, Gi, L, Li)
+            for i in range(d):
+                for k in range(d):
+                    S[i, k] -= sigma2 * Gi[i, k] / n_eff
+    if not _within(S, SIGMA_MAX):
+        Sigma_out[:, :] = Sigma_prev
+        return np.nan, n_eff
+    T = np.empty((d, d))
+    apply_threshold(S, gamma, threshold_diagonal, T)
+    psd_floor(T, eig_floor, Sigma_out)
+    return gamma, n_eff
+
+
+@njit(**_JIT)
+def residual_sum_of_squares(G, b, q, mean):
+    """Σ_j ‖y_j − X_j β̂_j‖² = Σ_j q_j − 2 β̂_jᵀ b_j + β̂_jᵀ G_j β̂_j (each term clipped at 0)."""
+    N, d = b.shape
+    total = 0.0
+    for j in range(N):
+        s = q[j]
+        for i in range(d):
+            s -= 2.0 * mean[j, i] * b[j, i]
+            t = 0.0
+            for k in range(d):
+                t += G[j, i, k] * mean[j, k]
+            s += mean[j, i] * t
+        if s > 0.0:
+            total += s
+    return total
+
+
+@njit(**_JIT)
+def posterior_means(Ct, A, b, beta0, mean):
+    """β̂_j = A_j β̂₀ + C̃_j b_j for every instance of one arm."""
+    N, d = b.shape
+    for j in range(N):
+        for i in range(d):
+            s = 0.0
+            for k in range(d):
+                s += A[j, i, k] * beta0[k] + Ct[j, i, k] * b[j, k]
+            mean[j, i] = s
+
+
+@njit(**_JIT)
+def estimate_sigma2(G, b, q, n_obs, mean, sigma2_prev, sigma2_floor):
+    """Pooled residual variance of the ebm paper (§4.3) with the spec's guards.
+
+    Σ_j RSS_j / max(Σ_j T_j − d − 1, 1); the previous value is kept until Σ_j T_j ≥ d + 2, and
+    when the value is beyond ``SIGMA2_MAX`` (or overflowed).
+    """
+    d = b.shape[1]
+    total_n = 0
+    for j in range(n_obs.shape[0]):
+        total_n += n_obs[j]
+    if total_n < d + 2:
+        return sigma2_prev
+    rss = residual_sum_of_squares(G, b, q, mean)
+    val = rss / max(total_n - d - 1, 1)
+    if not val <= SIGMA2_MAX:  # overflow (huge rewards against tiny contexts): not estimable
+        return sigma2_prev
+    return max(val, sigma2_floor)
+
+
+@njit(**_JIT)
+def reestimate_arm(
+    G,
+    b,
+    q,
+    n_obs,
+    P0,
+    h0,
+    sigma2_prev,
+    Sigma_prev,
+    ridge,
+    rank_tol,
+    normalization,
+    threshold_mode,
+    gamma_fixed,
+    threshold_diagonal,
+    eig_floor,
+    min_instances,
+    debias,
+    uniforms,
+    sigma2_floor,
+    eb_iters,
+    estimate_sigma,
+    estimate_noise,
+    Sigma_out,
+    Ct,
+    A,
+    P,
+    r,
+    Phi,
+    beta0,
+):
+    """One empirical-Bayes step for one arm (spec §3.5): Σ̂, then σ̂² from the posterior means
+    under (Σ̂, previous σ̂²), then the posterior under (Σ̂, σ̂²). Returns (σ̂², γ, n_eff, ok)."""
+    N, d = b.shape
+    gamma = np.nan
+    n_eff = 0
+    if estimate_sigma:
+        gamma, n_eff = estimate_Sigma(
+            G,
+            b,
+            sigma2_prev,
+            ridge,
+            rank_tol,
+            normalization,
+            threshold_mode,
+            gamma_fixed,
+            threshold_diagonal,
+            eig_floor,
+            min_instances,
+            debias,
+            uniforms,
+            Sigma_prev,
+            Sigma_out,
+        )
+    else:
+        Sigma_out[:, :] = Sigma_prev
+    sigma2 = sigma2_prev
+    ok = True
+    if estimate_noise:
+        mean = np.empty((N, d))
+        for _ in range(eb_iters):
+            ok &= arm_posterior(G, b, Sigma_out, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
+            posterior_means(Ct, A, b, beta0, mean)
+            sigma2 = estimate_sigma2(G, b, q, n_obs, mean, sigma2, sigma2_floor)
+    ok &= arm_posterior(G, b, Sigma_out, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
+    return sigma2, gamma, n_eff, ok
+
+
+@njit(**_JIT)
+def conditional_draws(G, b, Sigma, sig2, P0, h0, beta0_in, have_beta0, z0, Z, beta0_out, beta_out):
+    """Exact draws of the shared and instance coefficients given hyperparameter draws.
+
+    ``Sigma`` (C, D, K, d, d) and ``sig2`` (C, D, K) are posterior draws; for each draw and arm the
+    closed form gives β₀ | Σ, σ², y ~ N(β̂₀, Φ) (used unless ``have_beta0``, when ``beta0_in`` holds
+    sampled values) and β_j | β₀, Σ, σ², y ~ N(A_jβ₀ + C̃_jb_j, σ²C̃_j). ``z0`` (C, D, K, d) and
+    ``Z`` (C, D, K, N, d) are standard normal variates.
+    """
+    C_, D_, Kn = sig2.shape
+    N, d = b.shape[1], b.shape[2]
+    Ct = np.empty((N, d, d))
+    A = np.empty((N, d, d))
+    P = np.empty((d, d))
+    r = np.empty(d)
+    Phi = np.empty((d, d))
+    m0 = np.empty(d)
+    L = np.empty((d, d))
+    S = np.empty((d, d))
+    for c in range(C_):
+        for t in range(D_):
+            for k in range(Kn):
+                s2 = sig2[c, t, k]
+                arm_posterior(G[k], b[k], Sigma[c, t, k], s2, P0, h0, Ct, A, P, r, Phi, m0)
+                if have_beta0:
+                    for i in range(d):
+                        beta0_out[c, t, k, i] = beta0_in[c, t, k, i]
+                else:
+                    _jittered_cholesky(Phi, 1.0, S, L)
+                    for i in range(d):
+                        v = m0[i]
+                        for m in range(i + 1):
+                            v += L[i, m] * z0[c, t, k, m]
+                        beta0_out[c, t, k, i] = v
+                for j in range(N):
+                    _jittered_cholesky(Ct[j], s2, S, L)
+                    for i in range(d):
+                        v = 0.0
+                        for m in range(d):
+                            v += A[j, i, m] * beta0_out[c, t, k, m] + Ct[j, i, m] * b[k, j, m]
+                        for m in range(i + 1):
+                            v += L[i, m] * Z[c, t, k, j, m]
+                        beta_out[c, t, k, j, i] = v
+
+
+@njit(**_JIT)
+def _jittered_cholesky(C, scale, S, L):
+    """Cholesky factor of scale·C (symmetrised), with a growing jitter if it is not numerically PD."""
+    d = C.shape[0]
+    tr = 0.0
+    for i in range(d):
+        tr += C[i, i]
+    jitter = 0.0
+    for _ in range(8):
+        for i in range(d):
+            for m in range(d):
+                S[i, m] = scale * 0.5 * (C[i, m] + C[m, i]) + (jitter if i == m else 0.0)
+        if cholesky_lower(S, L):
+            return
+        jitter = max(jitter * 100.0, 1e-12 * scale * max(tr, 1e-300))
+    for i in range(d):
+        for m in range(d):
+            L[i, m] = 0.0
