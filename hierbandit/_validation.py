@@ -51,6 +51,9 @@ MAX_ABS = 1e100
 #: magnitude; a smaller regulariser lowers the accurate range by its square root.
 MAX_FEATURE = 1e6
 
+#: largest number of state entries (e.g. instances × arms × features²) a policy allocates
+MAX_STATE_ENTRIES = 10**8
+
 #: Bounds of the regularisation parameters of the online policies (``ridge``, ``lam``, ``reg``)
 #: and of the scale parameters that multiply a posterior covariance (LinTS ``v``,
 #: CascadeLinTS ``sigma``). The error of a covariance in the directions only the regulariser

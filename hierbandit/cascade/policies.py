@@ -72,7 +72,7 @@ from hierbandit.cascade.env import (
     check_rewards,
     slate_value,
 )
-from hierbandit.ebm.base import SharedStateMixin
+from hierbandit.checkpoint import SharedStateMixin
 from hierbandit.stats.logistic import UPDATES, OnlineLogistic, joint_quadform, spd_factor
 
 __all__ = [

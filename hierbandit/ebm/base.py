@@ -28,6 +28,7 @@ import xarray as xr
 from hierbandit._params import ParamsMixin
 from hierbandit._validation import (
     MAX_ABS,
+    MAX_STATE_ENTRIES,
     as_generator,
     check_choice,
     check_features,
@@ -89,7 +90,6 @@ def hyperparameter_dataset(
 
 #: Largest number of entries of the per-(instance, arm) d×d statistics a policy may allocate
 #: (10⁸ float64 values are 800 MB per array).
-MAX_STATE_ENTRIES = 10**8
 
 
 class Policy(SharedStateMixin, ParamsMixin, ABC):

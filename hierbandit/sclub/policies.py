@@ -46,6 +46,7 @@ from hierbandit._params import ParamsMixin
 from hierbandit._validation import (
     MAX_ABS,
     MAX_FEATURE,
+    MAX_STATE_ENTRIES,
     _as_float_array,
     as_generator,
     check_bool,
@@ -58,7 +59,7 @@ from hierbandit._validation import (
     check_regularisation,
     check_scalar,
 )
-from hierbandit.ebm.base import MAX_STATE_ENTRIES, SharedStateMixin
+from hierbandit.checkpoint import SharedStateMixin
 from hierbandit.sclub.cluster_stats import (
     ClusterStats,
     conf_F,
