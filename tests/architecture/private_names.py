@@ -54,7 +54,7 @@ def violations(root: str, modules: list[str]) -> list[tuple[str, int, str]]:
         own = module.split(".") if is_pkg(module) else module.split(".")[:-1]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                targets = [node.module.split(".") + [a.name] for a in node.names]
+                targets = [[*node.module.split("."), a.name] for a in node.names]
             elif isinstance(node, ast.Import):
                 targets = [a.name.split(".") for a in node.names]
             else:
@@ -80,7 +80,7 @@ class PrivateNamesContract(Contract):
     type_name = "private_names"
     root = fields.StringField()
 
-    def check(self, graph, verbose: bool) -> ContractCheck:  # noqa: ANN001 - grimp's graph
+    def check(self, graph, verbose: bool) -> ContractCheck:
         root = self.root  # type: ignore[attr-defined]
         modules = [m for m in graph.modules if m == root or m.startswith(root + ".")]
         found = violations(root, modules)
