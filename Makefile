@@ -54,9 +54,11 @@ figures: env
 docs: env
 	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 
+## style, and the layering contracts of pyproject.toml (docs/architecture.md)
 lint: env
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 ## regenerate requirements.lock from pyproject.toml
 lock: env
