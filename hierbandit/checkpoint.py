@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import json
 import os
 import threading
@@ -325,6 +326,12 @@ def _holding_lock(method: Any) -> Any:
     return wrapper
 
 
+def _constructor_signature(cls: type) -> inspect.Signature:
+    """The signature of ``cls(...)``: that of ``cls.__init__`` without its ``self``."""
+    sig = inspect.signature(cls.__init__)
+    return sig.replace(parameters=list(sig.parameters.values())[1:])
+
+
 class SharedStateMixin:
     """A re-entrant lock per object, locked public methods, copies and checkpoints.
 
@@ -334,15 +341,26 @@ class SharedStateMixin:
     the whole call, so calls on one shared object are serialised. Copies and pickles get a
     fresh lock (a lock cannot be copied). ``save(path)`` writes a checkpoint holding the lock;
     ``cls.load(path)`` restores one and checks its class.
+
+    ``__new__`` receives the constructor's arguments too and ignores them, so it takes
+    ``(*args, **kwargs)``; to keep that generic form out of :func:`inspect.signature`,
+    :func:`help` and the API reference, every subclass gets ``__signature__``, the signature of
+    its ``__init__`` without ``self``. (The lock is made in ``__new__`` rather than on first
+    use so that every object holds it from construction on, like its copies and restored
+    checkpoints.)
     """
 
     #: attributes recreated (not stored) by copies and checkpoints: ``{name: factory}``
     _checkpoint_transient: ClassVar[dict[str, Any]] = {"_lock": threading.RLock}
     #: public methods that hold the lock (wrapped in every subclass that defines them)
     _locked_methods: ClassVar[tuple[str, ...]] = ()
+    #: what ``cls(...)`` takes: nothing for the mixin alone, ``__init__``'s arguments for a
+    #: subclass (set by ``__init_subclass__``)
+    __signature__: ClassVar[inspect.Signature] = inspect.Signature()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls.__signature__ = _constructor_signature(cls)
         for name in cls._locked_methods:
             method = cls.__dict__.get(name)
             if (
