@@ -10,7 +10,7 @@
 * :func:`project_floor` — Euclidean projection onto ``{λ ≥ a, Σλ = 1}`` (Appendix C, eq. 22).
 
 These kernels trust their inputs; validation lives in the public wrappers. Every argmin/argmax
-returns the smallest index on ties (specs/boc.md §1.4).
+returns the smallest index on ties (docs/maths/boc.md §7).
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ def kmeans_maximin(mu, weights, K, first, max_iter):
 def pair_set(nk, corrected):
     """Admissible ordered pairs (k, k') of the inner problem.
 
-    Paper (Prop. 5): ``n(k) > 1, k' ≠ k``. Corrected (specs/boc.md §2.4): add ``n(k) = n(k') = 1``.
+    Paper (Prop. 5): ``n(k) > 1, k' ≠ k``. Corrected (docs/maths/boc.md §2, row 1 of
+    docs/boc.md): add ``n(k) = n(k') = 1``.
     """
     K = nk.shape[0]
     ks = np.empty(K * K, dtype=np.int64)

@@ -3,7 +3,7 @@
 All three share BOC's estimator (K-means Maximin, Algorithm 2), stopping rule and recommendation
 rule; only the sampling rule differs (Section 6: "for the sake of fairness").
 
-Algorithm 1, as implemented (specs/boc.md §3.1)::
+Algorithm 1, as implemented (docs/maths/boc.md §4–5)::
 
     pull every arm once (arms 0..M−1); t ← M
     repeat
@@ -183,7 +183,7 @@ class ClusteringExplorer(SharedStateMixin, ParamsMixin):
         ``"beta"`` (eq. 8, default) or ``"beta_tilde"`` (Section 6.1 heuristic).
     alt_pairs
         Pair set of the inner problem in Z₂ and in λ*(t): ``"corrected"`` (default; exact
-        infimum, specs/boc.md §2.4) or ``"paper"`` (Prop. 5 as printed).
+        infimum, docs/maths/boc.md §2) or ``"paper"`` (Prop. 5 as printed).
     first_seed
         First Maximin seed: ``"first"`` (arm 0, default), ``"heaviest"`` or ``"random"``.
     max_iter

@@ -7,11 +7,11 @@
 3. Weighted Lloyd iterations: assign every arm to its nearest centre, move every centre to the
    ``N_m``-weighted mean of its arms, until the assignment no longer changes.
 
-Unspecified details (specs/boc.md §3.2, §6.1 #7): ties go to the smallest index (arm or cluster);
-a cluster left empty keeps its previous centre; a safety cap of ``max_iter = 1000`` centre updates
-(``converged=False`` if reached). Prop. 10: if every arm mean is within a quarter of the smallest
-centre separation of its true centre, the output partition is correct and each centre is within
-the largest arm error of the truth.
+Unspecified details (docs/maths/boc.md §3, row 6 of docs/boc.md): ties go to the smallest index
+(arm or cluster); a cluster left empty keeps its previous centre; a safety cap of
+``max_iter = 1000`` centre updates (``converged=False`` if reached). Prop. 10: if every arm mean
+is within a quarter of the smallest centre separation of its true centre, the output partition is
+correct and each centre is within the largest arm error of the truth.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Theorem 3: every δ-PAC algorithm has ``E[τ_δ] ≥ d_KL(δ, 1−δ) D*(c, U)``
 
 **Pair set.** The paper's Lemma 4 / Prop. 5 take the admissible pairs ``{(k, k'): n(k) > 1,
 k' ≠ k}``. That misses the alternatives that merge two singleton clusters and use the freed label
-to split a larger cluster (specs/boc.md §2.4): with two or more singleton clusters the paper's
+to split a larger cluster (docs/maths/boc.md §2): with two or more singleton clusters the paper's
 value can be far too large (``c = [1,1,2,3]``, µ = (0, 10, 10.5): D* = 0.153 instead of 32.04).
 ``alt_pairs="corrected"`` (default) adds the pairs ``n(k) = n(k') = 1``; ``alt_pairs="paper"``
 restores the literal reading. They coincide when c has at most one singleton cluster.
@@ -24,7 +24,7 @@ restores the literal reading. They coincide when c has at most one singleton clu
 ``min Σ_k 1/u_k  s.t.  n(k) u_k + u_k' ≤ ‖µ(k) − µ(k')‖²  ((k,k') ∈ ℰ)``: a strictly convex
 objective over a polyhedron, so the optimum is unique (Prop. 8) and an interior-point method
 finds it in about 30 µs for K = 4 (``solver="barrier"``, compiled). ``solver="slsqp"`` solves the
-log-variable geometric program of specs/boc.md §2.5 with SciPy's SLSQP (about 1 ms) and is the
+log-variable geometric program of docs/maths/boc.md §2 with SciPy's SLSQP (about 1 ms) and is the
 fallback should the barrier method ever fail to converge. Then ``D* = 2 Σ x*``,
 ``w* = x*/Σ x*``.
 """
@@ -163,7 +163,7 @@ class LowerBound:
 
 
 def _solve_slsqp(nk: np.ndarray, rhs: np.ndarray, ks: np.ndarray, kps: np.ndarray) -> np.ndarray:
-    """The log-variable geometric program of specs/boc.md §2.5 with SciPy SLSQP; returns x."""
+    """The log-variable geometric program of docs/maths/boc.md §2 with SciPy SLSQP; returns x."""
     from scipy.optimize import minimize
 
     K = nk.size
@@ -316,7 +316,8 @@ def brute_force_inner(labels: Any, centres: Any, lam: Any) -> tuple[float, np.nd
 
     For each ``c'`` that splits a cluster of ``c`` by label, the optimal centres are the
     λ-weighted means of eq. (12); where they make the split parts coincide the infimum is
-    approached by perturbing one centre (specs/boc.md §1.2). Returns ``(value, argmin c')``.
+    approached by perturbing one centre (the paper, Sec. 4; see docs/maths/boc.md §2). Returns
+    ``(value, argmin c')``.
     """
     c = check_labels(labels)
     K = int(c.max()) + 1

@@ -1,4 +1,4 @@
-"""Many confidence levels and both thresholds from one sample path (specs/boc.md §3.1).
+"""Many confidence levels and both thresholds from one sample path (docs/maths/boc.md §6).
 
 The sampling rules of BOC, BOC-LE, Oracle and Uniform never use δ or the threshold, so a single
 sample path gives the exact stopping time of every (threshold, δ) pair: τ_δ is the first t at which

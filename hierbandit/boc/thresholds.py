@@ -8,7 +8,7 @@ smallest positive float (δ ≈ e^{-400}) work: every public function accepts ei
   g_G(h) = 2h − 2h log(4h) + log ζ(2h) − ½ log(1 − h) (Kaufmann & Koolen 2021, used in eq. 8);
 * :func:`beta_theory` — β(δ, t) = Σ_m 2d log(4 + log N_m(t)) + M d Ψ(log(1/δ)/(M d)), eq. (8);
 * :func:`beta_heuristic` — β̃(δ, t) = log((1 + log t)^d / δ) = d log(1 + log t) + log(1/δ),
-  Section 6.1 (the exponent-d reading, specs/boc.md §3.4);
+  Section 6.1 (the exponent-d reading, row 3 of docs/boc.md);
 * :func:`kl_bernoulli_delta` — d_KL(δ, 1 − δ), the factor of the lower bound (Theorem 3).
 """
 

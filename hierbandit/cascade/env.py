@@ -1,4 +1,4 @@
-"""The multi-user contextual cascading bandit environment (Park & Jia 2025, §3; spec §1–§2).
+"""The multi-user contextual cascading bandit environment (Park & Jia 2025, §3; docs/cascading.md).
 
 Each episode ``t`` brings ``N`` user contexts ``x_{t,n}``. Every user is shown up to ``H`` arms,
 one per step; at step ``h`` an active user clicks arm ``k`` with probability
@@ -9,13 +9,14 @@ also ends after ``H`` displays without a click.
 Planning
 --------
 The only non-absorbed state at step ``h`` is ``h`` itself, so the optimal policy is an
-open-loop slate computed by backward planning (Algorithm 2; spec §2.2)::
+open-loop slate computed by backward planning (Algorithm 2; docs/maths/cascade.md §3)::
 
     V_{H+1} = 0,  Q_h(k) = f_k e_k + (1 − f_k) V_{h+1},  V_h = max_k Q_h(k)
 
 (:func:`backward_plan`). :func:`slate_value` is the exact expected reward of any slate, and
 :func:`performance_difference` the per-step regret terms ``V*_h − Q*_h(k_h)`` whose sum over the
-displayed steps is an unbiased estimate of ``V*_1 − V^π_1`` for closed-loop policies (spec §2.3).
+displayed steps is an unbiased estimate of ``V*_1 − V^π_1`` for closed-loop policies
+(docs/maths/cascade.md §3).
 
 Common random numbers
 ---------------------
@@ -55,8 +56,9 @@ __all__ = [
     "slate_value",
 ]
 
-#: the spec's reproduction configuration (§6.3): d = K = 5, H = 3, e = linspace(1, 3, K),
-#: arm intercepts α = linspace(0.5, −2.5, K), θ_x = u/‖u‖ with u ~ N(0, I_d) drawn per seed
+#: the reproduction configuration (docs/cascading.md, "The environment"): d = K = 5, H = 3,
+#: e = linspace(1, 3, K), arm intercepts α = linspace(0.5, −2.5, K), θ_x = u/‖u‖ with
+#: u ~ N(0, I_d) drawn per seed
 PRESETS: dict[str, dict[str, Any]] = {
     "mccb-repro": {
         "horizon": 3,
@@ -65,7 +67,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rewards": "linspace",
         "intercepts": "linspace",
     },
-    # spec §8.4: d = K = H = 3, N = 10, θ* = [u/√d; linspace(0.5, −1.5, K)]
+    # Laplace vs NUTS (docs/cascading.md, "The Bayesian side"): d = K = H = 3, N = 10,
+    # θ* = [u/√d; linspace(0.5, −1.5, K)]
     "mccb-bayes": {
         "horizon": 3,
         "n_arms": 3,
@@ -108,7 +111,9 @@ def _check_slates(slates: Any, n_arms: int, name: str = "slates") -> np.ndarray:
 
 # ---------------------------------------------------------------------- planning
 def backward_plan(P: Any, rewards: Any, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """Backward planning (Algorithm 2; spec §3.4), vectorised over every leading axis.
+    """Backward planning (Algorithm 2), vectorised over every leading axis.
+
+    See docs/maths/cascade.md §3.
 
     Parameters
     ----------
@@ -128,10 +133,10 @@ def backward_plan(P: Any, rewards: Any, horizon: int) -> tuple[np.ndarray, np.nd
 
     Notes
     -----
-    The table is computed once per context (spec A9): θ is fixed within an episode, so the
-    paper's recomputation at every step gives identical values. The greedy slate is
+    The table is computed once per context (docs/cascading.md A9): θ is fixed within an episode,
+    so the paper's recomputation at every step gives identical values. The greedy slate is
     ``Q.argmax(-1)`` (lowest index on ties). Proposition 4.1 (unimodality in ``k``) is false in
-    general (spec §2.4), so the maximum is always taken over every arm.
+    general (docs/cascading.md A12), so the maximum is always taken over every arm.
     """
     P = _check_probs(P)
     K = P.shape[-1]
@@ -157,7 +162,7 @@ def backward_plan_unchecked(P: np.ndarray, e: np.ndarray, H: int) -> tuple[np.nd
 
 
 def slate_value(P: Any, rewards: Any, slates: Any) -> np.ndarray:
-    """Exact expected reward of a slate (spec §2.2):
+    """Exact expected reward of a slate (docs/maths/cascade.md §3):
     ``V(slate; x) = Σ_h e_{k_h} f_{k_h}(x) Π_{j<h} (1 − f_{k_j}(x))``.
 
     Parameters
@@ -191,7 +196,9 @@ def slate_value_unchecked(P: np.ndarray, e: np.ndarray, slates: np.ndarray) -> n
 
 
 def performance_difference(Q_star: np.ndarray, V_star: np.ndarray, arms: np.ndarray) -> np.ndarray:
-    """Per-step regret terms ``V*_h − Q*_h(k_h)`` of the displayed steps (spec §2.3).
+    """Per-step regret terms ``V*_h − Q*_h(k_h)`` of the displayed steps.
+
+    See docs/maths/cascade.md §3.
 
     Parameters
     ----------
@@ -308,17 +315,18 @@ class CascadeEnv:
     n_features : int
         ``d``.
     rewards : "linspace" or array_like, shape (K,)
-        Click rewards ``e_k > 0``; ``"linspace"`` (default) is ``linspace(1, 3, K)`` (spec §6.3).
+        Click rewards ``e_k > 0``; ``"linspace"`` (default) is ``linspace(1, 3, K)``
+        (docs/cascading.md).
     intercepts : "linspace", (first, last) or array_like, shape (K,)
         Arm intercepts ``α`` (the one-hot block of θ); ``"linspace"`` (default) is
-        ``linspace(0.5, −2.5, K)`` (spec §6.3: every arm is optimal for some contexts).
+        ``linspace(0.5, −2.5, K)`` (every arm is optimal for some contexts; docs/cascading.md).
     theta_x : array_like, shape (d,), optional
         Context coefficients. Default: ``u/‖u‖·scale`` with ``u ~ N(0, I_d)`` drawn from ``rng``
         (so ``xᵀθ_x ~ N(0, scale²)`` for Gaussian contexts); :meth:`clone` redraws it.
     theta : array_like, shape (d + K,), optional
         The whole ``θ = [θ_x; α]``; overrides ``theta_x`` and ``intercepts``.
     theta_x_scale : float or "sqrt_d"
-        ``scale`` above (default 1; ``"sqrt_d"`` gives ``u/√d``, the spec's §8.4 setting).
+        ``scale`` above (default 1; ``"sqrt_d"`` gives ``u/√d``, the ``"mccb-bayes"`` setting).
     contexts : {"gaussian"}
         ``x ~ N(0, I_d)`` i.i.d. (assumption A2 and the paper's experiments).
     rng
@@ -402,8 +410,9 @@ class CascadeEnv:
     # ------------------------------------------------------------------ construction
     @classmethod
     def preset(cls, name: str = "mccb-repro", **overrides: Any) -> CascadeEnv:
-        """An environment from :data:`PRESETS` (``"mccb-repro"``: spec §6.3; ``"mccb-bayes"``:
-        spec §8.4), with any constructor argument overridden (e.g. ``n_users``, ``rng``)."""
+        """An environment from :data:`PRESETS` (``"mccb-repro"``: the reproduction;
+        ``"mccb-bayes"``: the Laplace-vs-NUTS check; docs/cascading.md), with any constructor
+        argument overridden (e.g. ``n_users``, ``rng``)."""
         check_choice(name, tuple(PRESETS), "name")
         kwargs = dict(PRESETS[name])
         kwargs.update(overrides)
@@ -522,7 +531,9 @@ class CascadeEnv:
         policy: Any = "uniform",
         feature_prefix: str = "x",
     ) -> pd.DataFrame:
-        """A historical cascade log: one row per displayed position (spec §8.4 data).
+        """A historical cascade log: one row per displayed position.
+
+        The data of docs/cascading.md, "The Bayesian side".
 
         Parameters
         ----------

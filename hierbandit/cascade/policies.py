@@ -34,8 +34,8 @@ returns an :class:`xarray.Dataset`; ``get_params()``/``clone()`` follow
 :class:`hierbandit.ebm.Policy`. Randomness (ε-draws, Thompson draws, random tie-breaks)
 comes from child streams of ``rng``.
 
-Decisions on the paper's ambiguities (``specs/cascading.md`` §7) are listed in
-``docs/cascading.md``; the main ones: the parameter update defaults to the corrected Newton step
+Decisions on the paper's ambiguities (rows A1–A22) are listed in ``docs/cascading.md``; the
+main ones: the parameter update defaults to the corrected Newton step
 (``update_rule="newton1"``; the printed rule is ``update_rule="paper_literal"``), β is a constant 0.5 by
 default (``beta="theory"`` gives Theorem 5.2's radius), round-robin warm-up is
 ``k = (n + h + (t − 1)H) mod K``, ties go to the lowest arm index.
@@ -98,8 +98,8 @@ __all__ = [
 def round_robin(t: int, n_users: int, horizon: int, n_arms: int) -> np.ndarray:
     """Warm-up slates ``k = (n + h + (t − 1)H) mod K`` (0-based n, h; 1-based episode t).
 
-    The paper does not define its round-robin (spec A5); this one cycles every user through the
-    arms across steps, starts users at different arms and shifts every episode.
+    The paper does not define its round-robin (docs/cascading.md A5); this one cycles every user
+    through the arms across steps, starts users at different arms and shifts every episode.
 
     Returns
     -------
@@ -113,14 +113,14 @@ def round_robin(t: int, n_users: int, horizon: int, n_arms: int) -> np.ndarray:
 def exploration_budget(t: int, n_users: int, n_episodes: int) -> int:
     """AUCBBP's budget ``M_t = max{1, ⌊N e^{−t/ln T}⌋}`` (§6, Algorithm 3 line 12).
 
-    ``t`` counts episodes from 1, warm-up included; ``T >= 2`` (``ln 1 = 0``; spec A8).
+    ``t`` counts episodes from 1, warm-up included; ``T >= 2`` (``ln 1 = 0``; docs/cascading.md A8).
     """
     return max(1, int(np.floor(n_users * np.exp(-t / np.log(n_episodes)))))
 
 
 def default_cz(n_features: int) -> float:
     """``c_z = √(1 + χ²_{d, 0.999})``: a 99.9 % bound on ‖[x; e_k]‖ for ``x ~ N(0, I_d)``
-    (spec A4; assumption A1 cannot hold exactly for Gaussian contexts)."""
+    (docs/cascading.md A4; assumption A1 cannot hold exactly for Gaussian contexts)."""
     return float(np.sqrt(1.0 + scipy.stats.chi2.ppf(0.999, n_features)))
 
 
@@ -133,7 +133,7 @@ def beta_theory(
     delta: float,
     variant: str = "thm5.2",
 ) -> float:
-    """Theorem 5.2's confidence radius (spec §3.5)
+    """Theorem 5.2's confidence radius (docs/maths/cascade.md §4)
 
     ``β = κ e_max c_z √(2 (d+K) max(1, log ñ) log((d+K)/δ))``,
     ``κ = √(3 + 2 log(1 + c_z²/(8λ)))``, with ``ñ`` the observations before the episode.
@@ -271,8 +271,8 @@ class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
     horizon : int
         Session length ``H >= 1``.
     tie_break : {"first", "random"}
-        Ties in an argmax over arms go to the lowest index (default; spec A21) or to a uniformly
-        random one of the tied arms.
+        Ties in an argmax over arms go to the lowest index (default; docs/cascading.md A21) or to
+        a uniformly random one of the tied arms.
     rng
         Seed or Generator; internal randomness uses independent child streams of it.
     """
@@ -483,7 +483,9 @@ class _LogisticCascadePolicy(CascadePolicy):
 
 
 class UCBBP(_LogisticCascadePolicy):
-    """Upper Confidence Bound with Backward Planning (Algorithm 1; eq. (1); spec §3).
+    """Upper Confidence Bound with Backward Planning (Algorithm 1; eq. (1)).
+
+    The index and its widths: docs/maths/cascade.md §4.
 
     Each episode: ``p̂ = σ(zᵀθ̂)``, the backward plan ``Q̂`` (Algorithm 2), the squared widths
     ``w2[n,k] = z_{n,k}ᵀA⁻¹z_{n,k}`` and the UCB index
@@ -496,15 +498,15 @@ class UCBBP(_LogisticCascadePolicy):
     n_arms, n_features, rewards, horizon
         ``K``, ``d``, ``e`` (``> 0``), ``H``.
     beta : float or "theory"
-        Confidence radius β: a constant (default 0.5, tuned in the spec's pilot) or
+        Confidence radius β: a constant (default 0.5, the reproduction's value) or
         ``"theory"`` — Theorem 5.2's ``β_ñ`` (:func:`beta_theory`, about 10³ here).
     lam : float
         λ of ``A = λI + Σ w z zᵀ`` (default 1), in [1e-6, 1e6]
         (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``).
     update_rule : {"newton1", "paper_literal", "batch_map"}
-        Parameter update (spec §3.6): the corrected one-step Newton (default), the rule as
-        printed (``θ̂ = A⁻¹b`` with ``b = Σ z(y − p̂)``, converges to ≈θ*/2) or a full
-        penalised-MLE refit on all data.
+        Parameter update (docs/maths/cascade.md §2): the corrected one-step Newton (default),
+        the rule as printed (``θ̂ = A⁻¹b`` with ``b = Σ z(y − p̂)``, converges to ≈θ*/2) or a
+        full penalised-MLE refit on all data.
     warmup : int
         ``T₀``, round-robin episodes (default 2).
     delta, c_z, theory_variant
@@ -587,7 +589,7 @@ class UCBBP(_LogisticCascadePolicy):
 
 
 class AUCBBP(UCBBP):
-    """Active UCB with Backward Planning (Algorithm 3; spec §4).
+    """Active UCB with Backward Planning (Algorithm 3; docs/maths/cascade.md §4).
 
     As :class:`UCBBP`, except that after warm-up, at each step ``h``, only the
     ``M_t = max{1, ⌊N e^{−t/ln T}⌋}`` users with the largest
@@ -601,7 +603,7 @@ class AUCBBP(UCBBP):
     rank_pool : {"all", "active"}
         ``"all"`` (default, Algorithm 3 as written): rank every user, absorbed ones included,
         so the episode is planned up front (open loop). ``"active"``: rank only users still in
-        their session at step ``h`` (closed loop; spec §4.5).
+        their session at step ``h`` (closed loop; docs/cascading.md A7).
     **others
         As :class:`UCBBP`.
     """
@@ -686,10 +688,11 @@ class AUCBBP(UCBBP):
 
 
 class CascadeEpsilonGreedy(_LogisticCascadePolicy):
-    """The paper's ε-greedy baseline (§8; spec §6.3): the same estimator and backward planning
-    as UCBBP; at each (user, step), with probability ε a uniformly random arm, otherwise
-    ``argmax_k Q̂[n,h,k]``. The draws are made at the start of the episode (open loop);
-    the first ``warmup`` episodes are round-robin as in UCBBP.
+    """The paper's ε-greedy baseline (§8; docs/cascading.md, "Baselines").
+
+    The same estimator and backward planning as UCBBP; at each (user, step), with probability ε
+    a uniformly random arm, otherwise ``argmax_k Q̂[n,h,k]``. The draws are made at the start of
+    the episode (open loop); the first ``warmup`` episodes are round-robin as in UCBBP.
 
     Parameters
     ----------
@@ -742,7 +745,7 @@ class CascadeEpsilonGreedy(_LogisticCascadePolicy):
 
 
 class CascadeGreedy(CascadeEpsilonGreedy):
-    """Pure greedy backward planning on θ̂ (ε = 0; not in the paper, spec §6.3)."""
+    """Pure greedy backward planning on θ̂ (ε = 0; not in the paper; docs/cascading.md)."""
 
     def __init__(
         self,

@@ -2,9 +2,9 @@
 
 ``N`` bandit instances share ``K`` arms. At every round an instance ``Z_t ~ Categorical(p)``
 arrives with a context ``x_t`` shared by all arms; pulling arm ``k`` pays
-``x_tᵀ β_{k,Z_t} + ε``, ``ε ~ N(0, σ_k²)`` (specs/ebm.md §1.2, §6.2).
+``x_tᵀ β_{k,Z_t} + ε``, ``ε ~ N(0, σ_k²)`` (docs/ebm.md, "The model"; the paper's §7.1).
 
-Common random numbers (specs/ebm.md §6.0): :meth:`HierarchicalLinearEnv.rollout` pre-draws
+Common random numbers (docs/decisions/ebm.md §4): :meth:`HierarchicalLinearEnv.rollout` pre-draws
 everything random about a run — arrivals, contexts and a noise table ``ε[t, k]`` — so every policy
 run on the same :class:`Rollout` faces the same instances and contexts, and the same action at
 the same round pays the same reward.
@@ -110,7 +110,7 @@ def _check_contexts(value: Any, n_features: int | None, name: str = "contexts") 
 def arrival_probabilities(
     n_instances: int, arrival: Any = "balanced", *, poor_ratio: float = 0.1, n_poor: int = 1
 ) -> np.ndarray:
-    """Arrival probabilities ``p`` of the ebm paper's settings (specs/ebm.md §1.4).
+    """Arrival probabilities ``p`` of the ebm paper's settings (docs/decisions/ebm.md §4).
 
     Parameters
     ----------
@@ -147,7 +147,9 @@ def arrival_probabilities(
 
 
 class HierarchicalLinearEnv:
-    """Synthetic hierarchical linear multi-bandit of the ebm paper (§7.1; specs/ebm.md §6.2).
+    """Synthetic hierarchical linear multi-bandit of the ebm paper (§7.1).
+
+    The settings' fill-ins are in docs/decisions/ebm.md §4.
 
     Parameters
     ----------
@@ -162,9 +164,9 @@ class HierarchicalLinearEnv:
 
         * ``"gaussian"`` (ebm Fig. 1): per arm ``b_k ~ N(0, I)``, ``Σ_k = b_k b_kᵀ + I`` and
           ``β_{k,j} ~ N(β_{k0}, Σ_k)``;
-        * ``"sparse"`` (ebm Fig. 2, specs/rmbandit.md §5): ``β_{k,j} = β_{k0} + δ_{k,j}`` where
-          ``δ_{k,j}`` has ``sparsity`` nonzero coordinates at uniformly random distinct positions,
-          each ``N(0, 1)``. Then :attr:`Sigma` is the population covariance of ``δ``,
+        * ``"sparse"`` (ebm Fig. 2, docs/decisions/ebm.md §4): ``β_{k,j} = β_{k0} + δ_{k,j}``
+          where ``δ_{k,j}`` has ``sparsity`` nonzero coordinates at uniformly random distinct
+          positions, each ``N(0, 1)``. Then :attr:`Sigma` is the population covariance of ``δ``,
           ``(sparsity / d) I``.
     sparsity
         Number of nonzero coordinates of each ``δ_{k,j}`` (``0 <= sparsity <= d``); used only

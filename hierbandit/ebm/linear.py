@@ -1,13 +1,13 @@
 """Per-instance linear contextual bandits: LinUCB, LinTS and OLSBandit.
 
-These are the single-task baselines of the ebm paper (§7; ``specs/ebm.md`` §6.1): each runs
-``n_instances × n_arms`` independent linear models, one per (instance, arm), and never shares
-information across instances.
+These are the single-task baselines of the ebm paper (§7; docs/decisions/ebm.md, "Baselines"):
+each runs ``n_instances × n_arms`` independent linear models, one per (instance, arm), and never
+shares information across instances.
 
 * :class:`LinUCB` — Li, Chu, Langford & Schapire (2010), disjoint model, Algorithm 1.
 * :class:`LinTS` — Agrawal & Goyal (2013), Thompson sampling with Gaussian priors, Algorithm 1.
 * :class:`OLSBandit` — Goldenshluger & Zeevi (2013) in the K-arm form of Bastani & Bayati (2020,
-  §2 and Algorithm 1 with OLS estimators), exactly as in ``specs/rmbandit.md`` §2.
+  §2 and Algorithm 1 with OLS estimators), as docs/decisions/ebm.md ("Baselines") states.
 
 :func:`forced_sampling_arm` and :func:`forced_sampling_schedule` give the forced-sampling sets
 T_i of the last two papers; :class:`~hierbandit.ebm.rmbandit.RMBandit` uses them too.
@@ -72,7 +72,7 @@ def forced_sampling_arm(tau: int, n_arms: int, q: int, *, warmup_rounds: int = 0
     so block n covers rounds (2ⁿ − 1)Kq + 1 … 2ⁿKq and inside it the arms take q consecutive
     rounds each in order. With ``warmup_rounds = W > 0`` rounds 1 … W are a round-robin warm-up
     (arm (τ − 1) mod K) replacing the scheduled forced rounds there (the K·d warm-up of the
-    reference implementation of OLS Bandit; ``specs/rmbandit.md`` §2.1).
+    reference implementation of OLS Bandit; docs/decisions/ebm.md, "Baselines").
 
     Parameters
     ----------
@@ -215,7 +215,7 @@ class LinUCB(_RidgeBandit):
     n_instances, n_arms, n_features
         Number of instances, arms and context dimension.
     alpha : float, default 1.0
-        Exploration width α (``specs/ebm.md`` §6.1 uses α = 1).
+        Exploration width α (the ebm paper's experiments use α = 1; docs/decisions/ebm.md).
     ridge : float, default 1.0
         Ridge regularisation (the identity of A = I + Σ x xᵀ), in [1e-6, 1e6]
         (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``).
@@ -302,7 +302,7 @@ class LinTS(_RidgeBandit):
     n_instances, n_arms, n_features
         Number of instances, arms and context dimension.
     v : float, default 1.0
-        Posterior scale (Agrawal & Goyal's v; ``specs/ebm.md`` §6.1 takes v = σ = 1), in
+        Posterior scale (Agrawal & Goyal's v; docs/decisions/ebm.md takes v = σ = 1), in
         [0, 1e6].
     ridge : float, default 1.0
         Prior precision (B = ridge·I + Σ x xᵀ; Agrawal & Goyal use the identity), in
@@ -476,8 +476,8 @@ class ForcedSamplingBandit(Policy):
 class OLSBandit(ForcedSamplingBandit):
     """OLS Bandit (Goldenshluger & Zeevi 2013; K-arm form of Bastani & Bayati 2020), per instance.
 
-    Each instance j runs its own copy (``specs/rmbandit.md`` §2.2). At round τ of instance j's
-    clock, with context x:
+    Each instance j runs its own copy (docs/decisions/ebm.md, "Baselines"). At round τ of
+    instance j's clock, with context x:
 
     1. if τ is in a forced-sampling set T_i (:func:`forced_sampling_arm`), pull arm i;
     2. otherwise compute the forced-sample OLS estimates β̂_F,k (rows of arm k pulled in forced
@@ -504,8 +504,8 @@ class OLSBandit(ForcedSamplingBandit):
         ``runOLSbandit.m`` does. With q = 1 the schedule alone gives each arm only about
         log₂(τ/K) + 1 forced rows, so the forced-sample fit stays rank-deficient for a long time
         when d is not tiny and its wild estimates can filter out the best arm
-        (``specs/rmbandit.md`` §2.1); the warm-up avoids that. ``False`` gives the schedule of
-        the papers alone.
+        (docs/decisions/ebm.md, "Baselines"); the warm-up avoids that. ``False`` gives the
+        schedule of the papers alone.
     clock : {"local", "global"}, default "local"
         ``"local"``: τ is the instance's own round (its updates so far + 1), each instance
         running a full schedule. ``"global"``: τ is the global round (all updates + 1).

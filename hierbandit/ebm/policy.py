@@ -13,7 +13,8 @@ instance j with context x:
 with α_t = a·√(log t). The first K rounds pull arms 1..K in turn (Algorithm 1, line 9). After each
 pull only the pulled arm changes: its statistics, then (every ``hyper_update_every`` pulls of that
 arm) Σ̂, σ̂² and the arm's posterior from its sufficient statistics, otherwise an exact rank-one
-update with the hyperparameters held fixed (spec §2.8). Nothing depends on the history length.
+update with the hyperparameters held fixed (docs/maths/ebm.md §6). Nothing depends on the history
+length.
 """
 
 from __future__ import annotations
@@ -66,15 +67,16 @@ class EbmPolicy(Policy):
     alpha_clock : {"global", "instance"}, default "global"
         t in α_t is the global round (the paper) or the arriving instance's own arrival count.
     Sigma_init : array (d, d) or (K, d, d), optional
-        Σ̂ used until it can be estimated (default identity, spec §3.4); entries at most 1e100
-        in magnitude.
+        Σ̂ used until it can be estimated (default identity, docs/decisions/ebm.md A6); entries
+        at most 1e100 in magnitude.
     sigma2_init : float or array (K,), default 1.0
         σ̂² used until it can be estimated, in [1e-100, 1e100].
     eb_options : EBOptions, optional
         Options of the empirical-Bayes estimators (threshold rule, normalisation, floors…).
     mean_formula : {"4.2", "4.4-literal"}, default "4.2"
         Predicted mean xᵀβ̂ with β̂ from (4.2) (correct), or the paper's printed (4.4), which
-        divides by σ² once too often (spec T3). The literal form exists only for comparison.
+        divides by σ² once too often (docs/decisions/ebm.md T3). The literal form exists only for
+        comparison.
     recompute_every : int, default 10000
         Recompute an arm from its sufficient statistics after this many consecutive rank-one
         updates, discarding accumulated rounding drift.
@@ -245,7 +247,7 @@ class EbmPolicy(Policy):
         self._rank_one_count[k] = 0
 
     def _reestimate_arm(self, k: int) -> None:
-        """Empirical-Bayes step of spec §3.5 for arm k: Σ̂, σ̂², posterior."""
+        """Empirical-Bayes step of docs/maths/ebm.md §7.4 for arm k: Σ̂, σ̂², posterior."""
         U = (
             self._cv_rng.random((self.eb_options.cv_splits, self.n_instances))
             if (self._need_uniforms)
@@ -408,8 +410,8 @@ class EbmTS(EbmPolicy):
     """ebmTS (Algorithm 1): Thompson sampling from N(β̂_{k,j}, α_t² C_{k,j}).
 
     See :class:`EbmPolicy` for parameters. The draw is made on the scalar xᵀβ̆, which has the
-    same distribution as projecting a full draw of β̆ (spec A10): K standard normals per decision
-    from the policy's Thompson stream.
+    same distribution as projecting a full draw of β̆ (docs/decisions/ebm.md A10): K standard
+    normals per decision from the policy's Thompson stream.
     """
 
     exploration = "ts"

@@ -3,7 +3,7 @@
 The paper turns each real data set into a multi-bandit environment: per-arm prior parameters
 (a shared mean β_{k0}, a covariance Σ_k and a noise variance σ_k²) are estimated from one part
 of the data, every instance draws its own coefficients β_{k,j} ~ N(β_{k0}, Σ_k), and the policies
-run on real contexts from another part (specs/ebm.md §6.3). The paper's four data sets cannot
+run on real contexts from another part (docs/ebm-real-data.md). The paper's four data sets cannot
 be downloaded here, so each experiment uses the closest real data that ships inside an installed
 package, with the paper's construction (see ``docs/ebm-real-data.md`` for the substitutions):
 
@@ -158,7 +158,7 @@ def movielens_tasks(
     n_instances : int, default 10
         N (the paper's N = 10).
     noise_sd : float, default 1.0
-        Reward noise σ (the paper does not state it; specs/ebm.md §6.3 recommends 1).
+        Reward noise σ (the paper does not state it; docs/ebm-real-data.md uses 1).
     seed : int, default 0
         Initialisation of the mixture (k-means++ inside scikit-learn).
     """

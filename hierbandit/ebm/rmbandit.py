@@ -8,7 +8,8 @@ Robust Statistics*, Management Science 71(9), 2025; arXiv 2112.14233).
    the two-stage structure (robust statistics across instances, then LASSO debiasing), the
    forced-sampling + all-sample template of Goldenshluger & Zeevi (2013) / Bastani & Bayati
    (2020), and the defaults q = 50, h = 15, η₀ = η₁,₀ = 0.2 (ebm §7). Every other formula below
-   follows ``specs/rmbandit.md`` §3–4 and each unverified choice is an option:
+   is this package's reading, summarised in docs/decisions/ebm.md ("Baselines"), and each
+   unverified choice is an option:
    ``aggregator``, ``trim``, ``lambda_schedule``, ``clock`` and the penalty scaling.
 
 RMEstimator, for one arm with data (X⁽ʲ⁾, Y⁽ʲ⁾) of instances j = 1 … N (:func:`rm_estimate`):
@@ -26,7 +27,7 @@ RMEstimator, for one arm with data (X⁽ʲ⁾, Y⁽ʲ⁾) of instances j = 1 …
    ``Lasso`` objective of the residual problem with ``alpha = λ/2``; the factor of two is a
    choice the unavailable text would settle. n_j = 0 returns β̂†.
 
-RMBandit (``specs/rmbandit.md`` §4.2) runs the forced-sampling template with RMEstimator in
+RMBandit (docs/decisions/ebm.md, "Baselines") runs the forced-sampling template with RMEstimator in
 place of OLS: at a forced round (sets T_i of :func:`~hierbandit.ebm.linear.forced_sampling_arm`
 with q) the forced arm is pulled; otherwise, for the arriving instance j only, the forced-sample
 estimator (penalty λ_F = η₀) filters K̂ = {k : x·β̂_F,k ≥ max_l x·β̂_F,l − h/2} and the all-sample
@@ -179,7 +180,7 @@ def _global_estimate(G, b, n, coef, base, N, agg, trim, ridge, dagger):
 
 @njit(**_JIT)
 def _lambda_all(schedule, eta, tau, d, n_j, n_arm, N):
-    """All-sample penalty (``specs/rmbandit.md`` §3.3 (i)–(iii))."""
+    """All-sample penalty λ_τ of the three ``lambda_schedule`` options (docs/decisions/ebm.md)."""
     if schedule == 0:
         return eta * math.sqrt((math.log(tau) + math.log(d)) / tau)
     if schedule == 1:
@@ -473,7 +474,7 @@ class RMBandit(ForcedSamplingBandit):
     """RMBandit: forced-sampling bandit with the robust multitask estimator (reconstruction).
 
     See the module docstring for the algorithm and what is and is not verified
-    (``specs/rmbandit.md`` §3–4).
+    (docs/decisions/ebm.md, "Baselines").
 
     Parameters
     ----------
@@ -500,7 +501,7 @@ class RMBandit(ForcedSamplingBandit):
     clock : {"local", "global"}, default "local"
         τ is the instance's own round (``"local"``, each instance running the full schedule) or
         the global round (``"global"``). The choice changes the amount of forced exploration a
-        lot (``specs/rmbandit.md`` §4.3, §6).
+        lot (docs/decisions/ebm.md, "Baselines").
     ridge : float, default 1e-6
         Ridge of the step-1 OLS before a design is full rank, in [1e-6, 1e6].
     lasso_tol, lasso_max_iter

@@ -125,7 +125,7 @@ def beta_radius(
 def ci_paper(
     n: np.ndarray, d: int, lam: float, delta: float, n_users: int, lambda_tilde_a: float
 ) -> np.ndarray:
-    """CI_u of [OFF] Eq. (1); +inf for users without data (spec Part C item 6)."""
+    """CI_u of [OFF] Eq. (1); +inf for users without data (docs/offline.md, decision 6)."""
     n = np.asarray(n, dtype=np.float64)
     num = beta_radius(n, np.full(n.shape, lam), d, lam, delta, n_users)
     den = np.sqrt(lambda_tilde_a * n / 2.0)
@@ -153,7 +153,10 @@ def ci_eigen(
 
 
 def empirical_lambda_a(G_total: np.ndarray, n_total: int) -> float:
-    """Smallest eigenvalue of the pooled second moment (1/N) Σ a aᵀ (spec Part C item 1)."""
+    """Smallest eigenvalue of the pooled second moment (1/N) Σ a aᵀ.
+
+    See docs/offline.md, decision 1.
+    """
     if n_total <= 0:
         raise ValueError("the dataset has no rows: lambda_tilde_a='lambda_a' needs data")
     return float(np.linalg.eigvalsh(G_total / n_total)[0])

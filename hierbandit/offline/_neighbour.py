@@ -46,7 +46,7 @@ class NeighbourModel(OfflineModel):
     ----------
     alpha : float, default 0.1
         Confidence multiplier α of the edge rules (Eq. 2, 4, 6). The analysis needs α ≥ 1; the
-        experiments use α = 0.1 (App. E.1; spec Part C item 2).
+        experiments use α = 0.1 (App. E.1; docs/offline.md, decision 2).
     lam, delta : float
         λ = 0.5 and δ = 0.01 (App. E.1).
     lambda_tilde_a : float or {"lambda_a", "theory"}, default "lambda_a"
@@ -55,8 +55,8 @@ class NeighbourModel(OfflineModel):
         (1/N) Σ a aᵀ of the dataset — the λ_a of Assumption A.1, which replaces λ̃_a there.
         ``"theory"``: the Assumption 3.1 integral with λ_a and σ² estimated from the data
         (σ² = variance of (wᵀa)² along the least-covered direction w) and S = ``n_candidates``;
-        it is ~1e-15 in the paper's setting, so nobody would ever be connected (spec Part C
-        item 1). A positive float fixes it.
+        it is ~1e-15 in the paper's setting, so nobody would ever be connected (docs/offline.md,
+        decision 1). A positive float fixes it.
     n_min : int or "theory", default 1
         Minimum samples N_min for a user to be connected (Algorithm 1, line 2; Off-C²LUB only).
         ``"theory"`` is 16/λ̃_a² · log(8Ud/(λ̃_a²δ)) — about 1.5e5 per user even with λ̃_a = 0.05,

@@ -1,8 +1,9 @@
-"""The paper's baselines, adapted to the offline setting ([OFF] App. E.2; spec §A6).
+"""The paper's baselines, adapted to the offline setting ([OFF] App. E.2).
 
-The online methods are run in the spec's ``batch`` adaptation: per-user statistics (G_u, b_u,
-N_u) from the whole training set, the method's clustering rule applied once to the final
-estimates, everything frozen, and an **optimistic** decision on the cluster's pooled statistics
+The online methods are run in the ``batch`` adaptation of docs/offline.md ("The baselines"):
+per-user statistics (G_u, b_u, N_u) from the whole training set, the method's clustering rule
+applied once to the final estimates, everything frozen, and an **optimistic** decision on the
+cluster's pooled statistics
 ("we uniformly augment all compared methods by introducing an upper confidence bound term"):
 
     argmax_a θ̂_Cᵀa + β‖a‖_{M_C⁻¹},  M_C = λI + Σ_{v∈C} G_v,
@@ -23,8 +24,8 @@ estimates, everything frozen, and an **optimistic** decision on the cluster's po
 Users without data are singletons in every clustering baseline (their θ̂ = 0 carries no
 information about where they belong).
 
-``CLUBOffline`` and ``SCLUBOffline`` also offer the spec's ``mode="stream"``: the training rows,
-in a random order drawn from the model's ``rng``, are replayed through the online algorithm's
+``CLUBOffline`` and ``SCLUBOffline`` also offer ``mode="stream"`` (docs/offline.md): the training
+rows, in a random order drawn from the model's ``rng``, are replayed through the online algorithm's
 update and clustering rules (:class:`hierbandit.sclub.CLUB`, :class:`hierbandit.sclub.SCLUB`)
 with the logged actions in place of its recommendations ("treating the dataset as a one-shot
 interaction stream"); the partition it ends with is frozen and the decision is the same
@@ -66,8 +67,11 @@ class _ClusterModel(OfflineModel):
     _sign = 1.0
 
     def _replay(self, ds: OfflineDataset, policy: Any) -> np.ndarray:
-        """Replay the rows in a random order through an online clustering ``policy`` (spec §A6
-        ``mode="stream"``); its final partition, users without data as singletons."""
+        """Replay the rows in a random order through an online clustering ``policy``.
+
+        ``mode="stream"`` of docs/offline.md: its final partition, users without data as
+        singletons.
+        """
         order = self._rng.permutation(ds.n_rows)
         users, X, y = ds.users[order], ds.X[order], ds.rewards[order]
         for u, x, r in zip(users.tolist(), X, y.tolist(), strict=True):
@@ -182,15 +186,15 @@ class CLUBOffline(_ClusterModel):
 
     Start from the complete graph, delete (u, v) if ‖θ̂_u − θ̂_v‖ > α₂(F(N_u) + F(N_v)) with
     F(T) = √((1 + ln(1+T))/(1+T)); clusters are the connected components and data are pooled
-    over the whole component; optimistic decision (spec §A6).
+    over the whole component; optimistic decision (docs/offline.md, "The baselines").
 
     Parameters
     ----------
     alpha2 : float, default 1.0
         Edge-deletion scale α₂ (unspecified in the papers; 1 in the SCLUB reference code).
     mode : {"batch", "stream"}, default "batch"
-        ``"batch"``: one deletion pass on the final estimates (spec §A6). ``"stream"``: the rows
-        replayed in a random order through online :class:`~hierbandit.sclub.CLUB` on the
+        ``"batch"``: one deletion pass on the final estimates (docs/offline.md). ``"stream"``: the
+        rows replayed in a random order through online :class:`~hierbandit.sclub.CLUB` on the
         complete graph, whose edges are deleted as the estimates evolve (a deleted edge never
         comes back); its final components are the clusters.
     lam, delta : float, default 0.5, 0.01
@@ -233,7 +237,9 @@ class CLUBOffline(_ClusterModel):
 
 # ---------------------------------------------------------------------- SCLUB
 class SCLUBOffline(_ClusterModel):
-    """SCLUB (Li et al. 2019) adapted offline (spec §A6): split/merge passes on final estimates.
+    """SCLUB (Li et al. 2019) adapted offline: split/merge passes on final estimates.
+
+    See docs/offline.md, "The baselines".
 
     One initial cluster with frequencies p̂_u = N_u/τ, τ = N_total. A *split pass* takes every
     cluster's pivot (θ̃^j, T̃^j) = (pooled estimate, sample count) at the start of the pass and
@@ -252,7 +258,7 @@ class SCLUBOffline(_ClusterModel):
         α_θ (the reference code's value; the theoretical 4R√(d/λ_x) ≈ 55 never splits).
     alpha_p : float, default 1/√2
         α_p; with the paper's pairwise rule it reproduces the reference code's thresholds
-        (spec Part C item 17).
+        (docs/sclub.md C-17).
     use_frequency : bool, default True
         Apply the frequency tests.
     freq_test : {"pairwise", "cluster_avg"}, default "pairwise"
@@ -260,8 +266,8 @@ class SCLUBOffline(_ClusterModel):
         ``|p̂_u − p̂^j|`` > α_p F(τ) (reference code).
     max_passes : int, default 50
     mode : {"batch", "stream"}, default "batch"
-        ``"batch"``: the passes above on the final estimates (spec §A6). ``"stream"``: the rows
-        replayed in a random order through online :class:`~hierbandit.sclub.SCLUB` (Algorithms
+        ``"batch"``: the passes above on the final estimates (docs/offline.md). ``"stream"``: the
+        rows replayed in a random order through online :class:`~hierbandit.sclub.SCLUB` (Algorithms
         1–4 with the same ``alpha_theta``, ``alpha_p``, ``use_frequency`` and ``freq_test``); its
         final partition is the clustering (``max_passes`` is unused).
     lam, delta : float, default 0.5, 0.01
@@ -533,7 +539,8 @@ def xmeans(
 class XMeansImprove(_ClusterModel):
     """XMeans_Improve: CLUB whose clustering step is X-means on {θ̂_u} ([OFF] App. E.2).
 
-    A reconstruction: k is chosen by BIC in [``k_min``, ``k_max``] = [2, 20] (spec §A6).
+    A reconstruction: k is chosen by BIC in [``k_min``, ``k_max``] = [2, 20] (docs/offline.md,
+    "The baselines").
 
     Parameters
     ----------
@@ -574,7 +581,7 @@ class XMeansImprove(_ClusterModel):
 class ARMUL(OfflineModel):
     """Vanilla ARMUL (adaptive robust multi-task learning; Duan & Wang 2023), reconstructed.
 
-    Objective (spec §A6):
+    Objective (docs/offline.md, "ARMUL (reconstruction)"):
 
         min_{θ_u, θ̄} Σ_u (N_u/N)·[ 1/(2N_u)·Σ_i (r_u^i − a_u^iᵀθ_u)² + λ_u‖θ_u − θ̄‖₂ ],
         λ_u = c·√(d/N_u),

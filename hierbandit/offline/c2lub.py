@@ -21,7 +21,7 @@ M(u) = {v ≠ u : Γ(u,v) > 0};
 The experiments' plain "Off-C²LUB" uses a γ̂ "selected to be approximate to the optimal value"
 (App. E.2): an oracle sweep over a grid (:func:`gamma_grid`, :meth:`OffC2LUB.with_gamma`,
 :func:`hierbandit.offline.gamma_sweep`), whose minimum is also the "Off-C²LUB lower bound" of
-Figures 4–6 (spec Part C item 15).
+Figures 4–6 (docs/offline.md, decision 15).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class OffC2LUB(NeighbourModel):
         λ and δ ([OFF] App. E.1).
     beta_bias : {"paper", "theory"}, default "paper"
         The additive term of β in line 12: √λ as printed (``"paper"``) or √(ñ_u·λ), which matches
-        the regulariser λ·ñ_u·I and the proof's β(S, δ) (``"theory"``; spec Part C item 4).
+        the regulariser λ·ñ_u·I and the proof's β(S, δ) (``"theory"``; docs/offline.md,
+        decision 4).
     lambda_tilde_a, n_min, ci, n_candidates
         See :class:`~hierbandit.offline._neighbour.NeighbourModel`: λ̃_a defaults to the
         empirical λ_a (the theoretical value is ~1e-15), N_min to 1 (the theoretical one is
@@ -206,8 +207,9 @@ def gamma_grid(
     the complete graph), and the midpoints of the ``n_gaps`` widest gaps between consecutive
     sorted thresholds inside their 0.1–99 % quantile range (default ``n_points // 5``): a γ̂ in
     such a gap adds a whole well-separated group of edges at once — with sufficient data, the
-    within-cluster edges and none of the others. (The spec suggests ``np.linspace(0, 2, 41)``;
-    with α·CI added, thresholds beyond 2 matter when data are scarce.)
+    within-cluster edges and none of the others. (A grid that stops at 2, such as
+    ``np.linspace(0, 2, 41)``, is too short: with α·CI added, thresholds beyond 2 matter when data
+    are scarce.)
     """
     model._check_fitted()
     n_points = check_positive_int(n_points, "n_points", minimum=3)

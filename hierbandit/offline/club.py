@@ -8,8 +8,8 @@ pool each user's data with its one-hop neighbours — not the connected componen
 CLUB (App. F.1) — with a single regulariser (line 10: M̃_u = λI + Σ_{v∈V(u)} G_v) and decide
 pessimistically (line 13) with β = √(d·log(1 + Ñ_u/(λd)) + 2·log(2U/δ)) + √λ. No γ̂ and no N_min.
 
-A user without data has CI = +∞, so it keeps every edge (spec Part C item 6). Users with few
-samples have large radii and keep edges to heterogeneous users — the bias that makes Off-CLUB
+A user without data has CI = +∞, so it keeps every edge (docs/offline.md, decision 6). Users with
+few samples have large radii and keep edges to heterogeneous users — the bias that makes Off-CLUB
 weak under insufficient data (Remark 5.3).
 """
 
@@ -35,8 +35,8 @@ class OffCLUB(NeighbourModel):
         α of Eq. (6); Theorem 5.2 uses α = 1, the experiments α = 0.1.
     lam : float, default 0.5
         λ. Algorithm 2's input line reads "λ > 1", most likely a typo for α > 1 (Algorithm 1
-        takes λ > 0 and the experiments use λ = 0.5); any λ > 0 is accepted (spec Part C
-        item 3).
+        takes λ > 0 and the experiments use λ = 0.5); any λ > 0 is accepted (docs/offline.md,
+        decision 3).
     delta : float, default 0.01
     lambda_tilde_a, ci, n_candidates
         See :class:`~hierbandit.offline._neighbour.NeighbourModel` (``n_min`` is not used by

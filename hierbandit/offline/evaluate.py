@@ -1,5 +1,7 @@
-"""Scoring offline algorithms on a test set: average SubOpt ([OFF] §3, App. E.1; spec §A7.6),
-and the oracle γ̂ sweep of Off-C²LUB (Figures 3–6)."""
+"""Scoring offline algorithms on a test set: average SubOpt, and the oracle γ̂ sweep of Off-C²LUB.
+
+SubOpt as in [OFF] §3 and App. E.1 (docs/offline.md, decision 8); the sweep as in Figures 3–6.
+"""
 
 from __future__ import annotations
 

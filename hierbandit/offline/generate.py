@@ -9,8 +9,8 @@
 * Logging (App. E.3): each sample draws a user from those probabilities and a fresh candidate
   set of S unit-normalised Gaussian items; ``"random"`` logs a uniformly chosen candidate,
   ``"linucb"`` the per-user LinUCB choice. Reward r = ⟨θ_u, a⟩ + N(0, σ²), σ = 0.05.
-* The train/test protocol (§6, App. E.1; spec §A7.6): the first half of |D| is the offline
-  dataset (:func:`generate_offline`), the second half only supplies (u, 𝒜_test) pairs
+* The train/test protocol (§6, App. E.1; docs/offline.md, decision 8): the first half of |D| is
+  the offline dataset (:func:`generate_offline`), the second half only supplies (u, 𝒜_test) pairs
   (:class:`OfflineTestSet`) on which SubOpt = max_a ⟨θ_u, a⟩ − ⟨θ_u, a_π⟩ is averaged
   (:func:`suboptimality`).
 
@@ -97,10 +97,12 @@ def cluster_thetas(
 
 
 def user_probabilities(labels: Any, distribution: str = "equal", rng: Any = None) -> np.ndarray:
-    """Probability that a sample belongs to each user ([OFF] App. E.1; spec §A7.4).
+    """Probability that a sample belongs to each user ([OFF] App. E.1).
+
+    See docs/offline.md, decision 10.
 
     ``"equal"``: 1/U. ``"semi-random"``: ``p_{j_u} / |V(j_u)|`` with cluster masses
-    p ~ Dirichlet(1_J) (the paper leaves the law of p open; this is the spec's choice, as in the
+    p ~ Dirichlet(1_J) (the paper leaves the law of p open; this is our choice, as in the
     SCLUB reference code). ``"random"``: p ~ Dirichlet(1_U) over users.
     """
     check_choice(distribution, USER_DISTRIBUTIONS, "distribution")
@@ -193,12 +195,13 @@ def generate_offline(
     logging : {"random", "linucb"}
         ``"random"``: a uniformly chosen candidate (Figure 2). ``"linucb"``: per user,
         argmax_a ⟨θ̂_u, a⟩ + α‖a‖_{A_u⁻¹} with A_u = λI + Σ past a aᵀ over the user's own past
-        logged samples (Figure 7; spec Part C item 7 — the paper prints the true θ_u, kept
-        behind ``logging_uses_true_theta=True``).
+        logged samples (Figure 7; docs/offline.md, decision 7 — the paper prints the true θ_u,
+        kept behind ``logging_uses_true_theta=True``).
     n_candidates : int, default 20
         Candidate set size S.
     noise_sd : float, default 0.05
-        Reward noise standard deviation ("variance parameter σ = 0.05", spec item 12).
+        Reward noise standard deviation ("variance parameter σ = 0.05", docs/offline.md,
+        decision 12).
     logging_alpha, logging_lambda : float
         LinUCB exploration coefficient α = 0.1 and ridge λ = 0.5 of the logging policy.
     logging_uses_true_theta : bool, default False
@@ -412,7 +415,7 @@ def movielens_thetas(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Real users' preference vectors from the shipped MovieLens ratings ([OFF] App. E.1 (2)).
 
-    Preprocessing (spec §A7.3 and Part C items 10–11):
+    Preprocessing (docs/offline.md, decisions 10–11):
 
     1. :func:`hierbandit.data.movielens.rating_matrix` with ``binary=True``: the rated/not-rated
        matrix of the ``n_users`` most active users (default all 671 users the package ships —

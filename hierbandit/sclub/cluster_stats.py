@@ -6,7 +6,7 @@ The online clustering bandits (SCLUB and CLUB; Li, Chen, Li & Leung 2019; Gentil
     G_i = Σ x xᵀ,   b_i = Σ y x,   q_i = Σ y²,   T_i = number of rows,
 
 and, for every running cluster C, the *pooled* statistics of its members with a single prior
-("single prior, pooled likelihood", specs/clustering.md §0.2 and D1):
+("single prior, pooled likelihood", docs/maths/clustering.md §1):
 
     S^C = reg·I + Σ_{i∈C} G_i,   b^C = Σ_{i∈C} b_i,   T^C = Σ_{i∈C} T_i,   θ̂^C = (S^C)⁻¹ b^C.
 
@@ -25,7 +25,7 @@ one prior, the "− I" of Algorithm 4. Both are exact operations on the sums.
 * ``labels``: the slot of every user.
 
 Set operations update the sums by exact addition/subtraction of the stored user statistics and
-then recompute the affected inverses by a Cholesky factorisation (specs/clustering.md C-25). Every
+then recompute the affected inverses by a Cholesky factorisation (docs/sclub.md C-25). Every
 cluster is also recomputed exactly from its members' statistics after each ``recompute_every`` of
 its own rank-one updates, which bounds the drift of both the incremental sums and the
 Sherman–Morrison inverses.

@@ -165,7 +165,7 @@ def movielens_user_vectors(
 ) -> tuple[np.ndarray, np.ndarray]:
     """User weight vectors from the shipped MovieLens ratings by SCLUB's preprocessing.
 
-    The paper's recipe (SCLUB §5.2 and the reference code; specs/clustering.md B6.3), on
+    The paper's recipe (SCLUB §5.2 and the reference code; docs/sclub.md, "The model"), on
     :func:`hierbandit.data.movielens.rating_matrix` (671 users, 9,066 movies):
 
     1. the binary user × movie matrix (1 if the user rated the movie, whatever the stars);

@@ -1,4 +1,4 @@
-"""EM for the user-level mixture of linear regressions (specs/clustering.md D2).
+"""EM for the user-level mixture of linear regressions (docs/sclub.md, "The Bayesian audit").
 
 The generative model behind the clustering bandits: every user u belongs to one of K components,
 z_u ~ Cat(w), and *all* of the user's rewards follow the component's regression,

@@ -19,7 +19,7 @@ Every policy recommends by the same optimistic index (SCLUB Alg. 1 line 11),
 computed on the statistics of the model serving the user (its cluster, component, the global or
 its own model), with ``N`` that model's number of observations and ``τ`` the round. The default
 β is the anytime bound of the authors' reference code, β(N, τ) = sqrt(d ln(1 + N/d) + 4 ln τ +
-ln 2) + 1 (specs/clustering.md C-18); a float gives a constant β.
+ln 2) + 1 (docs/sclub.md C-18); a float gives a constant β.
 
 API: ``select(user, items) -> int`` and ``update(user, item_features, reward)`` validate every
 argument before anything changes; ``_select``/``_update`` are the unchecked versions, and
@@ -27,7 +27,7 @@ argument before anything changes; ``_select``/``_update`` are the unchecked vers
 the very same compiled step functions, so results are identical to a ``select``/``update`` loop).
 ``clusters()`` returns the current user → cluster labels as an :class:`xarray.DataArray`.
 
-Departures between the paper and the reference code (specs/clustering.md Part C, items 16–26)
+Departures between the paper and the reference code (docs/sclub.md, rows C-16 to C-26)
 are options with the paper's reading as the default; ``SCLUB.reference(...)`` and
 ``CLUB.reference(...)`` build the reference code's configuration, ``SCLUB.theory(...)`` the
 Theorem 1 constants. See ``docs/sclub.md``.
@@ -762,7 +762,7 @@ def _club_run(
 
 
 def anytime_beta(n: Any, tau: Any, n_features: int) -> Any:
-    """β(N, τ) = sqrt(d ln(1 + N/d) + 4 ln τ + ln 2) + 1 (specs/clustering.md C-18), τ ≥ 1."""
+    """β(N, τ) = sqrt(d ln(1 + N/d) + 4 ln τ + ln 2) + 1 (docs/sclub.md C-18), τ ≥ 1."""
     d = check_positive_int(n_features, "n_features")
     n = np.asarray(n, dtype=float)
     tau = np.maximum(np.asarray(tau, dtype=float), 1.0)
@@ -774,7 +774,7 @@ def theory_beta(
     n_users: int, n_features: int, horizon: int, *, noise_scale: float = 0.5, n_clusters=None
 ) -> float:
     """Theorem 1's β = R sqrt(d ln(1 + T/d) + 2 ln(4 m n_u)); ``m`` defaults to ``n_u``
-    (an upper bound on the unknown number of clusters, specs/clustering.md C-18)."""
+    (an upper bound on the unknown number of clusters, docs/sclub.md C-18)."""
     n_users = check_positive_int(n_users, "n_users")
     d = check_positive_int(n_features, "n_features")
     T = check_positive_int(horizon, "horizon")
@@ -887,7 +887,7 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
     # ------------------------------------------------------------------ presets
     @classmethod
     def reference(cls, n_users: int, n_features: int, **kwargs: Any) -> ClusteringPolicy:
-        """The configuration of the authors' reference code (specs/clustering.md Part C)."""
+        """The configuration of the authors' reference code (docs/sclub.md, decisions)."""
         params = {**cls._REFERENCE, **kwargs}
         return cls(n_users, n_features, **params)
 
@@ -1437,7 +1437,7 @@ class CLUB(ClusteringPolicy):
     n_users, n_features
         ``n_u`` and ``d``.
     alpha_2 : float, default 1.0
-        Edge-deletion scale α₂ (the reference code's value; specs/clustering.md B4.1).
+        Edge-deletion scale α₂ (the reference code's value; docs/sclub.md, "CLUB").
     graph : {"erdos_renyi", "complete"}, default "erdos_renyi"
         Initial graph: Erdős–Rényi G(n_u, p), connected with high probability, as in the
         experiments of both CLUB papers and the reference code; or the complete graph. The

@@ -5,8 +5,8 @@
   Bickel & Levina (2008) with the threshold chosen by their random-split cross-validation,
   diagonal kept and projected onto the positive semi-definite cone.
 
-Each paper-literal reading the spec rejects is available through :class:`EBOptions`; see
-``docs/decisions/ebm.md`` for the list of decisions.
+Each paper-literal reading the defaults depart from is available through :class:`EBOptions`;
+see ``docs/decisions/ebm.md`` for the list of decisions.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _NORMALIZATIONS = {"n-1": 0, "n": 1, "none": 2}
 
 @dataclass(frozen=True)
 class EBOptions:
-    """Options of the empirical-Bayes step, with the spec's recommended defaults.
+    """Options of the empirical-Bayes step, with the defaults of docs/decisions/ebm.md (A1–A7).
 
     Attributes
     ----------
@@ -345,7 +345,9 @@ def empirical_bayes(
     shared_prior: tuple[Any, Any] | None = None,
     rng: Any = None,
 ) -> EBResult:
-    """One empirical-Bayes step for one arm: Σ̂, then σ̂², then the posterior (spec §3.5).
+    """One empirical-Bayes step for one arm: Σ̂, then σ̂², then the posterior.
+
+    The order and its cost: docs/maths/ebm.md §7.4.
 
     Σ̂ is estimated first; σ̂² from the posterior means under (Σ̂, ``sigma2_init``) (``eb_iters``
     sweeps); the returned posterior uses the final (Σ̂, σ̂²).

@@ -7,9 +7,9 @@ hyperprior precision λ on the shared mean,
 * β_j | data ~ N(β̂_j, C_j) with β̂_j = σ²C̃_jΣ⁻¹β̂₀ + C̃_j X_jᵀy_j and
   C_j = σ²C̃_j + σ⁴C̃_jΣ⁻¹ΦΣ⁻¹C̃_j, C̃_j = (G_j + σ²Σ⁻¹)⁻¹ (eq. 4.1–4.2),
 
-all computed in the inverse-free form, valid for a singular positive semi-definite Σ (spec §2.6),
-with C̃_j a Gram matrix L S_j⁻¹ Lᵀ (Σ = L Lᵀ, S_j = σ²I + LᵀG_jL), so every posterior
-covariance is positive semi-definite by construction.
+all computed in the inverse-free form, valid for a singular positive semi-definite Σ
+(docs/maths/ebm.md §4), with C̃_j a Gram matrix L S_j⁻¹ Lᵀ (Σ = L Lᵀ, S_j = σ²I + LᵀG_jL), so
+every posterior covariance is positive semi-definite by construction.
 The T×T matrices V_j are never formed: X_jᵀV_j⁻¹X_j = A_jᵀG_j/σ² and X_jᵀV_j⁻¹y_j = A_jᵀb_j/σ² with
 A_j = σ²C̃_jΣ⁻¹ = σ²(ΣG_j + σ²I)⁻¹, the Woodbury identity (4.3) in d×d form.
 """
@@ -216,7 +216,7 @@ def hierarchical_posterior(
 
 
 def posterior_cross_covariances(post: HierarchicalPosterior) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior cross-covariances the marginals do not show (spec §2.5).
+    """Posterior cross-covariances the marginals do not show (docs/maths/ebm.md §4.5).
 
     Returns ``(with_shared, between)``: ``with_shared[j] = Cov(β_j, β₀ | data) = A_j Φ`` of shape
     (N, d, d), and ``between[j, l] = Cov(β_j, β_l | data) = A_j Φ A_lᵀ`` for j ≠ l (the diagonal
@@ -232,8 +232,8 @@ def posterior_cross_covariances(post: HierarchicalPosterior) -> tuple[np.ndarray
 class IncrementalHierarchicalPosterior:
     """Exact hierarchical posterior maintained by rank-one updates with fixed hyperparameters.
 
-    Each :meth:`add` costs O(d²) regardless of how much data came before (spec §2.8). Every
-    ``recompute_every`` additions the state is recomputed from the sufficient statistics to
+    Each :meth:`add` costs O(d²) regardless of how much data came before (docs/maths/ebm.md §6).
+    Every ``recompute_every`` additions the state is recomputed from the sufficient statistics to
     discard rounding drift (``None`` never recomputes).
     """
 

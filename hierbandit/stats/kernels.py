@@ -539,8 +539,8 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
 def ols_all(G, b, ridge, rank_tol, B, ok):
     """Per-instance OLS β̂ = (G + ridge I)⁻¹ b where G itself is numerically full rank.
 
-    ``ok[j]`` is :func:`full_rank_cholesky` of G_j. The ridge (spec §3.2 ``ols_ridge``) only
-    regularises the solve; it never makes a rank-deficient instance (T_j < d) count.
+    ``ok[j]`` is :func:`full_rank_cholesky` of G_j. The ridge (``ols_ridge``, docs/decisions/ebm.md
+    A2) only regularises the solve; it never makes a rank-deficient instance (T_j < d) count.
     """
     N, d = b.shape
     Gr = np.empty((d, d))
@@ -783,7 +783,9 @@ def estimate_Sigma(
     Sigma_prev,
     Sigma_out,
 ):
-    """Thresholded covariance of the per-instance OLS estimates (ebm §4.3 with spec §3.2–3.3).
+    """Thresholded covariance of the per-instance OLS estimates (ebm §4.3).
+
+    See docs/maths/ebm.md §7.2–7.3.
 
     ``threshold_mode``: 0 = cross-validated, 1 = fixed ``gamma_fixed``, 2 = none.
     Returns (gamma, n_eff); when fewer than ``min_instances`` instances have full-rank data,
@@ -880,7 +882,7 @@ def posterior_means(Ct, A, b, beta0, mean):
 
 @njit(**_JIT)
 def estimate_sigma2(G, b, q, n_obs, mean, sigma2_prev, sigma2_floor):
-    """Pooled residual variance of the ebm paper (§4.3) with the spec's guards.
+    """Pooled residual variance of the ebm paper (§4.3) with the guards of docs/maths/ebm.md §7.1.
 
     Σ_j RSS_j / max(Σ_j T_j − d − 1, 1); the previous value is kept until Σ_j T_j ≥ d + 2, and
     when the value is beyond ``SIGMA2_MAX`` (or overflowed).
@@ -930,8 +932,11 @@ def reestimate_arm(
     Phi,
     beta0,
 ):
-    """One empirical-Bayes step for one arm (spec §3.5): Σ̂, then σ̂² from the posterior means
-    under (Σ̂, previous σ̂²), then the posterior under (Σ̂, σ̂²). Returns (σ̂², γ, n_eff, ok)."""
+    """One empirical-Bayes step for one arm (docs/maths/ebm.md §7.4).
+
+    Σ̂, then σ̂² from the posterior means under (Σ̂, previous σ̂²), then the posterior under
+    (Σ̂, σ̂²). Returns (σ̂², γ, n_eff, ok).
+    """
     N, d = b.shape
     gamma = np.nan
     n_eff = 0

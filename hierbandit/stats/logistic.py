@@ -2,20 +2,23 @@
 
 The click model of the multi-user cascading bandits (Park & Jia 2025, §3.1.1) is a logistic
 regression ``P(click | z) = σ(zᵀθ)`` on the joint feature ``z = [x; onehot(k)]`` (see
-``specs/cascading.md`` §1.2 and §8). Everything here works on a flattened table of observed
-pulls ``(Z, y)`` (one row per displayed position, ``y ∈ {0, 1}``) and a Gaussian prior
-``N(m, P⁻¹)`` (``P = λI, m = 0`` is the paper's ``A = λI`` initialisation).
+docs/maths/cascade.md §1, and "The Bayesian side" of docs/cascading.md). Everything here works
+on a flattened table of observed pulls ``(Z, y)`` (one row per displayed position,
+``y ∈ {0, 1}``) and a Gaussian prior ``N(m, P⁻¹)`` (``P = λI, m = 0`` is the paper's ``A = λI``
+initialisation).
 
-* :func:`newton_update` — the corrected one-step Newton / recursive-Laplace update of the
-  spec's §3.6 (``update="newton1"``): ``A ← A + Σ w z zᵀ``, ``θ ← θ + A⁻¹ Σ z (y − p̂)`` with
-  ``p̂, w`` at the pre-update ``θ`` and the updated ``A`` in the solve.
+* :func:`newton_update` — the corrected one-step Newton / recursive-Laplace update of
+  docs/maths/cascade.md §2.2 (``update="newton1"``): ``A ← A + Σ w z zᵀ``,
+  ``θ ← θ + A⁻¹ Σ z (y − p̂)`` with ``p̂, w`` at the pre-update ``θ`` and the updated ``A`` in
+  the solve.
 * :func:`literal_update` — Algorithm 1 lines 23–28 as printed (``b ← b + Σ z (y − p̂)``,
-  ``θ ← A⁻¹ b``), which settles near θ*/2 (spec §3.6; kept for fidelity only).
+  ``θ ← A⁻¹ b``), which settles near θ*/2 (docs/maths/cascade.md §2.1; kept for fidelity
+  only).
 * :func:`penalized_map` — Newton-IRLS to convergence on the penalised log-likelihood
   (``update="batch_map"``), and :func:`laplace_approximation` — the Gaussian ``N(θ_MAP, H⁻¹)``
-  with ``H = P + Zᵀ W(θ_MAP) Z`` (spec §8.3 item 2).
+  with ``H = P + Zᵀ W(θ_MAP) Z`` (docs/maths/cascade.md §2.3–2.4).
 * :func:`joint_quadform` — the squared UCB widths ``zᵀ S z`` for every context and arm from the
-  block structure of ``z`` (spec §3.3, O(N(d² + dK))).
+  block structure of ``z`` (docs/maths/cascade.md §4, O(N(d² + dK))).
 * :class:`OnlineLogistic` — the estimator state shared by UCBBP, AUCBBP and their baselines.
 
 The functions accept leading batch dimensions (``theta (..., p)``, ``A (..., p, p)``,
@@ -54,7 +57,7 @@ __all__ = [
     "spd_factor",
 ]
 
-#: parameter-update rules of the cascading policies (spec §3.6)
+#: parameter-update rules of the cascading policies (docs/maths/cascade.md §2)
 UPDATES = ("newton1", "paper_literal", "batch_map")
 
 
@@ -88,7 +91,9 @@ def logistic_loglik(theta: Any, Z: Any, y: Any) -> np.ndarray:
 
 
 def cascade_loglik(theta: Any, X: Any, arms: Any, clicks: Any) -> float:
-    """Session-level log-likelihood of cascade data, computed session by session (spec §8.1).
+    """Session-level log-likelihood of cascade data, computed session by session.
+
+    See docs/maths/cascade.md §1.
 
     For a session with context ``x`` and displayed arms ``k_1, …, k_{h*}`` (a click at ``h*``, or
     no click and ``h* = H``),
@@ -146,7 +151,8 @@ def joint_features(X: Any, arms: Any, n_arms: int) -> np.ndarray:
 def joint_quadform(X: Any, S: Any, n_arms: int) -> np.ndarray:
     """``z_{n,k}ᵀ S z_{n,k}`` for every context row and arm, from the block structure of ``z``.
 
-    With ``z = [x; e_k]``: ``zᵀSz = xᵀS_xx x + 2 xᵀ S_{x,d+k} + S_{d+k,d+k}`` (spec §3.3).
+    With ``z = [x; e_k]``: ``zᵀSz = xᵀS_xx x + 2 xᵀ S_{x,d+k} + S_{d+k,d+k}``
+    (docs/maths/cascade.md §4).
     Rounding can make a value a hair below zero; results are clipped at 0.
 
     Parameters
@@ -205,7 +211,9 @@ def _solve_spd(A: np.ndarray, rhs: np.ndarray, floor: float | None = None) -> np
 
 
 def newton_update(theta: Any, A: Any, Z: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The corrected one-step Newton (recursive Laplace) update (spec §3.6, ``newton1``).
+    """The corrected one-step Newton (recursive Laplace) update (``newton1``).
+
+    See docs/maths/cascade.md §2.2.
 
     With ``p̂ = σ(Zθ)`` and ``w = p̂(1 − p̂)`` at the pre-update ``θ``::
 
@@ -241,7 +249,9 @@ def newton_update(theta: Any, A: Any, Z: Any, y: Any) -> tuple[np.ndarray, np.nd
 def literal_update(
     theta: Any, A: Any, b: Any, Z: Any, y: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Algorithm 1 lines 23–28 / Algorithm 3 lines 35–40 exactly as printed (spec §3.6).
+    """Algorithm 1 lines 23–28 / Algorithm 3 lines 35–40 exactly as printed.
+
+    See docs/maths/cascade.md §2.1.
 
     ``A ← A + Σ w z zᵀ``, ``b ← b + Σ z (y − p̂)`` with ``p̂, w`` at the pre-update ``θ``, then
     ``θ ← A⁻¹ b``. The working-response term ``w z zᵀ θ`` of a real IRLS step is missing, so the
@@ -310,7 +320,9 @@ def penalized_map(
     tol: float = 1e-8,
     max_iter: int = 50,
 ) -> MAPResult:
-    """Newton-IRLS for the MAP of a logistic regression with a Gaussian prior (spec §3.6).
+    """Newton-IRLS for the MAP of a logistic regression with a Gaussian prior.
+
+    See docs/maths/cascade.md §2.3.
 
     Maximises ``Σᵢ [yᵢ log σ(zᵢᵀθ) + (1 − yᵢ) log(1 − σ(zᵢᵀθ))] − ½ (θ − m)ᵀ P (θ − m)`` by
     ``θ ← θ + (P + Zᵀ W Z)⁻¹ (Zᵀ(y − p) − P(θ − m))`` until the largest step coordinate is below
@@ -448,7 +460,9 @@ def laplace_approximation(
     tol: float = 1e-10,
     max_iter: int = 100,
 ) -> LaplaceApproximation:
-    """The batch Laplace approximation ``N(θ_MAP, (P + Zᵀ W(θ_MAP) Z)⁻¹)`` (spec §8.3 item 2).
+    """The batch Laplace approximation ``N(θ_MAP, (P + Zᵀ W(θ_MAP) Z)⁻¹)``.
+
+    See docs/maths/cascade.md §2.4.
 
     Arguments as in :func:`penalized_map`; raises ``ValueError`` if Newton did not converge.
     """
@@ -471,7 +485,9 @@ def laplace_approximation(
 
 
 def predictive_click_probability(mu: Any, s2: Any, method: str = "plugin") -> np.ndarray:
-    """Predictive ``P(click)`` from the logit mean ``mu`` and variance ``s2`` (spec §8.3 item 3).
+    """Predictive ``P(click)`` from the logit mean ``mu`` and variance ``s2``.
+
+    See docs/maths/cascade.md §2.4.
 
     ``"plugin"``: ``σ(μ)`` (what the paper uses); ``"probit"``: MacKay's approximation
     ``σ(μ / √(1 + π s²/8))`` of ``E[σ(η)]``, ``η ~ N(μ, s²)``.

@@ -6,29 +6,29 @@ Model (one arm of the ebm paper, §4): instances j = 1..N with rows (X_j, y_j),
 
 so that, with the β_j integrated out, y_j ~ N(X_jβ₀, V_j) with V_j = X_jΣX_jᵀ + σ²I (§4.1, the
 display before Step 2). Everything below works from the per-instance sufficient statistics
-G_j = X_jᵀX_j, b_j = X_jᵀy_j, q_j = y_jᵀy_j and n_j (spec ``ebm.md`` §2.1) with d×d algebra per
+G_j = X_jᵀX_j, b_j = X_jᵀy_j, q_j = y_jᵀy_j and n_j (docs/maths/ebm.md §2) with d×d algebra per
 instance; no T×T matrix is ever formed.
 
 Write Σ = FFᵀ for any factor F (a Cholesky factor, or the symmetric square root of a singular PSD
 Σ) and K_j = FᵀG_jF + σ²I, which is symmetric with eigenvalues ≥ σ² > 0. Then
 
 * C̃_j = (ΣG_j + σ²I)⁻¹Σ = F K_j⁻¹ Fᵀ (push-through identity; C̃_j = (G_j + σ²Σ⁻¹)⁻¹ of eq. 4.1
-  when Σ is invertible, and the inverse-free form of spec §2.6 otherwise);
+  when Σ is invertible, and the inverse-free form of docs/maths/ebm.md §4 otherwise);
 * V_j⁻¹ = σ⁻²(I − X_jC̃_jX_jᵀ) (Woodbury, eq. 4.3);
 * log|V_j| = n_j log σ² + log|I_d + ΣG_j/σ²| = (n_j − d) log σ² + log|K_j| (matrix determinant
   lemma, |I_T + X_jΣX_jᵀ/σ²| = |I_d + ΣG_j/σ²| = |I_d + FᵀG_jF/σ²|);
 * with u_j = y_j − X_jβ₀, c_j = X_jᵀu_j = b_j − G_jβ₀ and e_j = u_jᵀu_j = q_j − 2β₀ᵀb_j + β₀ᵀG_jβ₀,
   u_jᵀV_j⁻¹u_j = (e_j − c_jᵀC̃_jc_j)/σ²;
 * X_jᵀV_j⁻¹X_j = (G_j − G_jC̃_jG_j)/σ² and X_jᵀV_j⁻¹y_j = (b_j − G_jC̃_jb_j)/σ² (Lemma A.2 in the
-  form of spec §2.4), so P = λI + Σ_j X_jᵀV_j⁻¹X_j = Φ⁻¹ and r = Σ_j X_jᵀV_j⁻¹y_j are those of the
-  closed-form posterior (§4.1 Step 2).
+  d×d form of docs/maths/ebm.md §4.3), so P = λI + Σ_j X_jᵀV_j⁻¹X_j = Φ⁻¹ and
+  r = Σ_j X_jᵀV_j⁻¹y_j are those of the closed-form posterior (§4.1 Step 2).
 
 Profiling the shared mean. For fixed (Σ, σ²) the objective Σ_j log N(y_j; X_jβ₀, V_j) − (λ/2)‖β₀‖²
 equals const + β₀ᵀr − ½β₀ᵀPβ₀, a concave quadratic in β₀ whose unique maximiser (P positive
 definite) is the GLS / closed-form posterior mean β̂₀ = P⁻¹r = Φr; its maximum is
 ℓ(β₀ = 0) + ½rᵀP⁻¹r. Integrating β₀ ~ N(0, λ⁻¹I) out instead of maximising gives the collapsed
 marginal likelihood ℓ(0) + ½rᵀP⁻¹r − ½log|P| + (d/2)log λ, the density of the stacked y under
-N(0, blockdiag(V_j) + λ⁻¹XXᵀ) (spec §8.2).
+N(0, blockdiag(V_j) + λ⁻¹XXᵀ) (docs/bayes.md §3.1).
 
 Gradients. For one instance, ∂ℓ_j/∂V_j = ½(V_j⁻¹u_ju_jᵀV_j⁻¹ − V_j⁻¹), hence
 
@@ -324,8 +324,8 @@ def collapsed_loglik(
     :func:`marginal_loglik` at β₀ = 0, P = λI + Σ_j X_jᵀV_j⁻¹X_j = Φ⁻¹ and r = Σ_j X_jᵀV_j⁻¹y_j
     are the precision and information vector of the shared-mean posterior (ebm paper §4.1 Step 2,
     Lemma A.2). Equivalently, the density of the stacked y under N(0, blockdiag(V_j) + λ⁻¹XXᵀ)
-    (spec §8.2). It is evaluated as ℓ(β̂₀) − (λ/2)‖β̂₀‖² − ½log|P| + (d/2)log λ, β̂₀ = P⁻¹r, which
-    is the same quantity with less cancellation.
+    (docs/bayes.md §3.1). It is evaluated as ℓ(β̂₀) − (λ/2)‖β̂₀‖² − ½log|P| + (d/2)log λ,
+    β̂₀ = P⁻¹r, which is the same quantity with less cancellation.
 
     Parameters
     ----------

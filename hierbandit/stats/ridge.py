@@ -172,7 +172,7 @@ def suff_add(G, b, q, n, u, x, y):
 def ols_solve_unit(G, b, n, ridge, out):
     """Least squares for one unit: G⁻¹b if G is numerically full rank, else (G + ridge·I)⁻¹b.
 
-    G counts as full rank when n ≥ d and :func:`~hierbandit.stats.kernels.full_rank_cholesky`
+    G counts as full rank when n ≥ d and :func:`~hierbandit.stats.linalg.full_rank_cholesky`
     holds with ``OLS_RANK_TOL``. With no data (trace 0) the estimate is 0. Returns True when the
     exact OLS solution was used.
     """
