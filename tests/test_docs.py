@@ -69,7 +69,7 @@ KEY_PAGES = [
     *(f"reference/{name}" for name in SUBPACKAGES),
 ]
 #: hand-written pages whose Python cross-references must all resolve
-LINKED_PAGES = ["index", "getting-started", "workflow", f"reference/{FACADE}"]
+LINKED_PAGES = ["index", "getting-started", "workflow"]
 #: a resolved reference is a link wrapping the ``code`` element; an unresolved one is bare
 _XREF = re.compile(r'(<a class="reference internal"[^>]*>)?<code class="xref py[^"]*"[^>]*>')
 
