@@ -321,6 +321,13 @@ def test_public_class_signatures_are_their_constructors():
             wrong.append(f"{name}{shown}")
     assert classes > 50
     assert not wrong, "\n".join(wrong)
+    # what help() prints
+    import pydoc
+
+    from hierbandit.ebm import EbmTS
+
+    text = pydoc.render_doc(EbmTS, renderer=pydoc.plaintext)
+    assert "EbmTS(n_instances: 'int', n_arms: 'int', n_features: 'int'" in text, text[:400]
 
 
 #: a documentation page named in the package's source
