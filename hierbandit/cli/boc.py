@@ -1,87 +1,25 @@
-"""``hierbandit boc …``: clustering with bandit feedback (BOC, its lower bound, the baselines).
+"""``hierbandit boc …``: tools for clustering with bandit feedback (BOC and its lower bound).
 
-* ``reproduce`` — Figure 3 (synthetic instances, both thresholds), Table 1 (Iris and the digits
-  stand-in) and Table 2 (linear exploration); ``--scale small`` (default, a few minutes) or
-  ``--scale paper`` (256 trials).
 * ``hardness`` — D*, w* and λ* of the preset instances.
 * ``diagnose`` — one BOC run followed by the Bayesian mixture diagnostic of its partition.
+
+The paper's reproduction (Figure 3, Tables 1 and 2) is the named experiment ``boc``:
+``hierbandit experiment run boc``.
 """
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from hierbandit.cli._common import Scale, fail
+from hierbandit.cli._common import fail
 
 app = typer.Typer(
     no_args_is_help=True,
     help="Clustering with bandit feedback: BOC, its lower bound and the baselines.",
 )
-
-
-class Part(enum.StrEnum):
-    """Parts of the reproduction."""
-
-    synthetic = "synthetic"
-    real = "real"
-    table2 = "table2"
-
-
-@app.command()
-def reproduce(
-    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("results/boc"),
-    scale: Annotated[
-        Scale, typer.Option("--scale", help="small: 16 trials (32 for Table 2); paper: 256.")
-    ] = Scale.small,
-    seeds: Annotated[
-        int | None,
-        typer.Option("--seeds", min=1, help="Trials per setting (overrides --scale)."),
-    ] = None,
-    seed: Annotated[int, typer.Option("--seed", min=0, help="Base noise seed.")] = 0,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 1,
-    part: Annotated[
-        list[Part] | None,
-        typer.Option("--part", help="synthetic, real, table2 (repeat; default: all)."),
-    ] = None,
-    digits_features: Annotated[
-        int, typer.Option("--digits-features", min=1, max=64, help="PCA dimension of digits.")
-    ] = 10,
-) -> None:
-    """Reproduce Figure 3, Table 1 (Iris + digits stand-in) and Table 2 of the BOC paper."""
-    from hierbandit.experiments.boc import reproduce as run
-
-    parts = [p.value for p in part] if part else ["synthetic", "real", "table2"]
-    try:
-        res = run(
-            out,
-            scale=scale.value,
-            n_trials=seeds,
-            seed=seed,
-            workers=workers,
-            parts=parts,
-            digits_features=digits_features,
-            progress=True,
-        )
-    except (ValueError, TypeError) as exc:
-        raise fail(str(exc)) from None
-    acc = res["acceptance"]
-    if acc is not None:
-        for name, entry in acc["slopes"].items():
-            b = entry["BOC"]
-            u = entry["Uniform"]
-            typer.echo(
-                f"{name}: D*={entry['D*']:.4g}  BOC slope {b['slope']:.4g} "
-                f"({b['ratio_to_D*']:.3f}×D*)  Uniform slope {u['slope']:.4g}"
-            )
-        for name, r in acc["ratio_boc_uniform"].items():
-            typer.echo(f"{name}: BOC/Uniform mean τ in [{r['min']:.3f}, {r['max']:.3f}]")
-        for key, ok in acc["pass"].items():
-            typer.echo(f"check {key}: {ok}")
-    typer.echo(f"wrote {len(res['files'])} files to {out}")
 
 
 @app.command()

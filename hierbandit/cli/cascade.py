@@ -1,10 +1,12 @@
-"""``hierbandit cascade …``: the multi-user cascading bandits (Park & Jia 2025).
+"""``hierbandit cascade …``: tools for the multi-user cascading bandits (UCBBP, AUCBBP).
 
-* ``figures`` — reproduce Figure 5 (both rows) on the spec's §6.3 configuration over 10 seeds
-  and check the §6.5 acceptance criteria.
-* ``compare`` — Laplace (batch and online) vs NUTS on a simulated cascade log (spec §8.4).
+* ``compare`` — Laplace (batch and online) vs NUTS on a simulated cascade log
+  (``docs/cascading.md``, the Bayesian side).
 * ``simulate-log`` — write a simulated historical cascade log (CSV).
 * ``fit-prior`` — fit a Gaussian prior on θ to a cascade log (Laplace or NUTS) for warm starts.
+
+The paper's reproduction (Figure 5 and its acceptance criteria) is the named experiment
+``cascade``: ``hierbandit experiment run cascade``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from hierbandit.cli._common import Out, Scale, Seed, fail
+from hierbandit.cli._common import Out, Seed, fail
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -51,57 +53,6 @@ def _print_frame(df, title: str) -> None:  # type: ignore[no-untyped-def]
     Console().print(table)
 
 
-@app.command("figures")
-def figures(
-    scale: Annotated[
-        Scale, typer.Option("--scale", help="small: T=300, N∈{10,20,50,100}; paper: T=1000.")
-    ] = Scale.small,
-    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Number of seeds.")] = 10,
-    out: Out = Path("results/cascade"),
-    seed: Seed = 0,
-    episodes: Annotated[
-        int | None, typer.Option("--episodes", min=2, help="Override T (episodes).")
-    ] = None,
-    users: Annotated[
-        list[int] | None,
-        typer.Option("--users", min=1, help="Override the N grid (repeat the option)."),
-    ] = None,
-    batch_map: Annotated[
-        bool,
-        typer.Option("--batch-map", help="Also run UCBBP/AUCBBP with the full MLE refit (slow)."),
-    ] = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
-) -> None:
-    """Reproduce Figure 5 and check the acceptance criteria (spec §6.5)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from hierbandit.experiments.cascade import (
-        REPRODUCTION_POLICIES,
-        acceptance,
-        run_reproduction,
-        write_reproduction,
-    )
-
-    names = list(REPRODUCTION_POLICIES) + (["UCBBP-MAP", "AUCBBP-MAP"] if batch_map else [])
-    try:
-        ds = run_reproduction(
-            scale.value,
-            n_seeds=seeds,
-            seed=seed,
-            n_users=users or None,
-            n_episodes=episodes,
-            policies=names,
-            progress=progress,
-        )
-    except (ValueError, TypeError) as exc:
-        raise fail(str(exc)) from None
-    paths = write_reproduction(ds, out)
-    acc = acceptance(ds)
-    _print_frame(acc, "acceptance criteria (spec §6.5)")
-    typer.echo(f"wrote {paths['report']}, {paths['figure']} and {paths['data']}")
-
-
 @app.command("compare")
 def compare(
     out: Out = Path("results/cascade-compare"),
@@ -119,9 +70,6 @@ def compare(
     seed: Seed = 0,
 ) -> None:
     """Laplace (batch and online newton1) vs NUTS on a cascade log: report and plot (§8.4)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     from hierbandit.bayes.cascade import compare_laplace_nuts
     from hierbandit.cascade.env import CascadeEnv
 

@@ -1,9 +1,12 @@
-"""``hierbandit experiment …``: every paper reproduction behind one interface.
+"""``hierbandit experiment …``: every paper reproduction behind one door.
 
 * ``list`` — the named experiments, their papers and cell counts;
 * ``show NAME`` — an experiment's parameters with their values at each scale;
 * ``run NAME`` — run or resume it (``--scale``, ``--seeds``, ``--config``, ``--set``,
   ``--workers``, ``--scheduler``, ``--out``), writing data, the paper's plots and a summary.
+
+The defaults of every parameter are read from the experiment's shipped configuration
+(``hierbandit/experiments/configs/NAME.toml``); nothing here repeats them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ app = typer.Typer(
 @app.command("list")
 def list_cmd() -> None:
     """List every experiment with its paper and number of cells at each scale."""
-    from hierbandit.experiments.registry import list_experiments
+    from hierbandit.experiments.catalog import list_experiments
 
     for exp in list_experiments():
         small = len(exp.cells(exp.defaults["small"]))
@@ -36,8 +39,8 @@ def list_cmd() -> None:
 @app.command("show")
 def show_cmd(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> None:
     """Show an experiment's description and parameters (values at the small and paper scales)."""
-    from hierbandit.experiments.registry import get_experiment
-    from hierbandit.experiments.runner import _toml_value
+    from hierbandit.experiments.catalog import get_experiment
+    from hierbandit.experiments.registry import toml_value
 
     try:
         exp = get_experiment(name)
@@ -46,13 +49,17 @@ def show_cmd(name: Annotated[str, typer.Argument(help="Experiment name.")]) -> N
     typer.echo(f"{exp.name}: {exp.title}\npaper: {exp.paper}\n\n{exp.description}\n")
     for p in exp.params:
         small, paper = exp.defaults["small"][p.name], exp.defaults["paper"][p.name]
-        show = _toml_value
-        values = show(small) if small == paper else f"small {show(small)}, paper {show(paper)}"
+        values = (
+            toml_value(small)
+            if small == paper
+            else f"small {toml_value(small)}, paper {toml_value(paper)}"
+        )
         typer.echo(f"  {p.name}: {p.help} [{p.describe()}] = {values}")
 
 
 @app.command("run")
 def run_cmd(
+    ctx: typer.Context,
     name: Annotated[
         str, typer.Argument(help="Experiment name (see `hierbandit experiment list`).")
     ],
@@ -86,11 +93,17 @@ def run_cmd(
         int | None,
         typer.Option("--max-cells", min=0, help="Compute at most this many cells, then stop."),
     ] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Show progress bars.")
+    ] = True,
 ) -> None:
     """Run (or resume) a named experiment."""
-    from hierbandit.experiments.registry import get_experiment, load_user_config, parse_assignment
+    from hierbandit.experiments.catalog import get_experiment
+    from hierbandit.experiments.registry import load_user_config, parse_assignment
     from hierbandit.experiments.runner import run_experiment
+
+    if not progress and ctx.obj is not None:
+        ctx.obj.show_progress = False  # the command's renderer (hierbandit.cli._render)
 
     try:
         exp = get_experiment(name)
@@ -121,7 +134,6 @@ def run_cmd(
             scheduler=scheduler,
             restart=restart,
             max_cells=max_cells,
-            progress=progress,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None

@@ -5,8 +5,14 @@ log (MovieLens ratings): fit the prior by EB, ML and MCMC, diagnose, compare sam
 closed form, simulate EbmTS warm-started from the prior against LinTS, and write a report folder.
 ``hierbandit fit-prior`` fits a prior to a user's own CSV/Parquet log; ``hierbandit
 build-models`` rebuilds the default priors in ``models/``. ``hierbandit demo`` is a short ebm
-simulation on the paper's data-poor setting; ``hierbandit ebm figures`` reproduces the ebm
-paper's Figures 1 and 2, ``hierbandit ebm real`` its Figure 4 on real data.
+simulation on the paper's data-poor setting. Every paper's reproduction runs through one door,
+``hierbandit experiment run NAME`` (:mod:`hierbandit.cli.experiment`); the per-paper groups hold
+the tools that are not reproductions (``sclub audit``, the cascade priors, the BOC diagnostics).
+
+The process-wide settings are made here, when the command starts and before anything is
+compiled: numba's cache folder keyed by the kernels' sources
+(:func:`hierbandit._numba_cache.configure_numba_cache`), matplotlib's file-only backend, and the
+display of the library's log records and progress (:mod:`hierbandit.cli._render`).
 """
 
 from __future__ import annotations
@@ -18,29 +24,43 @@ from typing import Annotated, Any
 
 import typer
 
-from hierbandit.cli._common import Out, Scale, Seed, Seeds, fail
+from hierbandit.cli._common import Out, Seed, Seeds, fail
 from hierbandit.cli.boc import app as boc_app
 from hierbandit.cli.cascade import app as cascade_app
 from hierbandit.cli.experiment import app as experiment_app
-from hierbandit.cli.offline import app as offline_app
 from hierbandit.cli.sclub import app as sclub_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
-ebm_app = typer.Typer(no_args_is_help=True, help="Experiments of the ebm paper (ebmTS/ebmUCB).")
 app.add_typer(experiment_app, name="experiment")
-app.add_typer(ebm_app, name="ebm")
 app.add_typer(boc_app, name="boc")
 app.add_typer(cascade_app, name="cascade")
-app.add_typer(offline_app, name="offline")
 app.add_typer(sclub_app, name="sclub")
 
 Horizon = Annotated[int, typer.Option("--horizon", min=10, help="Rounds per run.")]
 Draws = Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")]
 Tune = Annotated[int, typer.Option("--tune", min=0, help="MCMC tuning steps.")]
 Chains = Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")]
-Users = Annotated[
-    int, typer.Option("--users", min=2, help="Users (instances) of the MovieLens log.")
-]
+
+
+@app.callback()
+def start(
+    ctx: typer.Context,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the detailed log lines.")
+    ] = False,
+) -> None:
+    """Make the process-wide settings, once, before any command runs."""
+    from hierbandit._numba_cache import configure_numba_cache
+
+    configure_numba_cache()  # before any kernel module is imported (numba reads it then)
+    import matplotlib
+
+    matplotlib.use("Agg")  # the command writes figures to files and opens no window
+    from hierbandit.cli._render import start_rendering
+
+    renderer = start_rendering(verbose=verbose)
+    ctx.obj = renderer
+    ctx.call_on_close(renderer.detach)
 
 
 def _print_table(ds, instance: int = 0) -> None:
@@ -63,44 +83,64 @@ def _print_table(ds, instance: int = 0) -> None:
     Console().print(table)
 
 
+def _given(**options: Any) -> dict[str, Any]:
+    """The options given on the command line (the others keep the library's defaults)."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+MaybeInt = int | None
+MaybeUsers = Annotated[
+    MaybeInt, typer.Option("--users", min=2, help="Users (instances) of the MovieLens log.")
+]
+MaybeSeed = Annotated[MaybeInt, typer.Option("--seed", min=0, help="Base seed.")]
+
+
 @app.command()
 def quickstart(
     out: Out = Path("results/quickstart"),
-    seeds: Seeds = 10,
-    horizon: Horizon = 2000,
+    seeds: Annotated[MaybeInt, typer.Option("--seeds", min=1, help="Simulation seeds.")] = None,
+    horizon: Annotated[
+        MaybeInt, typer.Option("--horizon", min=10, help="Rounds per simulation.")
+    ] = None,
     draws: Annotated[
-        int, typer.Option("--draws", min=10, help="MCMC draws per chain of the full-Bayes fit.")
-    ] = 1000,
+        MaybeInt,
+        typer.Option("--draws", min=10, help="MCMC draws per chain of the full-Bayes fit."),
+    ] = None,
     tune: Annotated[
-        int, typer.Option("--tune", min=0, help="MCMC tuning steps of the full-Bayes fit.")
-    ] = 1000,
-    chains: Chains = 2,
-    users: Users = 30,
+        MaybeInt, typer.Option("--tune", min=0, help="MCMC tuning steps of the full-Bayes fit.")
+    ] = None,
+    chains: Annotated[MaybeInt, typer.Option("--chains", min=1, help="MCMC chains.")] = None,
+    users: MaybeUsers = None,
     compare_draws: Annotated[
-        int,
+        MaybeInt,
         typer.Option("--compare-draws", min=10, help="Draws per chain of sampling vs closed form."),
-    ] = 1000,
+    ] = None,
     compare_tune: Annotated[
-        int, typer.Option("--compare-tune", min=0, help="Tuning steps of sampling vs closed form.")
-    ] = 1000,
-    seed: Seed = 0,
+        MaybeInt,
+        typer.Option("--compare-tune", min=0, help="Tuning steps of sampling vs closed form."),
+    ] = None,
+    seed: MaybeSeed = None,
 ) -> None:
-    """The whole workflow on real MovieLens data: fit, diagnose, compare, simulate, report."""
+    """The whole workflow on real MovieLens data: fit, diagnose, compare, simulate, report.
+
+    Options not given take the values of ``hierbandit.experiments.quickstart.DEFAULTS``.
+    """
     from hierbandit.experiments.quickstart import run_quickstart
 
     try:
         result = run_quickstart(
             out,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            seeds=seeds,
-            horizon=horizon,
-            n_users=users,
-            progress=True,
-            random_seed=seed,
-            compare_draws=compare_draws,
-            compare_tune=compare_tune,
+            **_given(
+                draws=draws,
+                tune=tune,
+                chains=chains,
+                seeds=seeds,
+                horizon=horizon,
+                n_users=users,
+                random_seed=seed,
+                compare_draws=compare_draws,
+                compare_tune=compare_tune,
+            ),
         )
     except (ValueError, TypeError) as exc:
         raise fail(str(exc)) from None
@@ -279,24 +319,22 @@ def fit_prior_cmd(
 @app.command("build-models")
 def build_models_cmd(
     out: Annotated[Path, typer.Option("--out", help="Models folder.")] = Path("models"),
-    draws: Draws = 1000,
-    tune: Tune = 1000,
-    chains: Chains = 2,
-    users: Users = 30,
-    seed: Seed = 0,
+    draws: Annotated[MaybeInt, typer.Option("--draws", min=1, help="MCMC draws per chain.")] = None,
+    tune: Annotated[MaybeInt, typer.Option("--tune", min=0, help="MCMC tuning steps.")] = None,
+    chains: Annotated[MaybeInt, typer.Option("--chains", min=1, help="MCMC chains.")] = None,
+    users: MaybeUsers = None,
+    seed: MaybeSeed = None,
 ) -> None:
-    """Rebuild the default priors: models/movielens-{eb,ml,mcmc}/ (prior.nc + card.json)."""
+    """Rebuild the default priors: models/movielens-{eb,ml,mcmc}/ (prior.nc + card.json).
+
+    Options not given take the values of ``hierbandit.experiments.models_build.DEFAULTS``.
+    """
     from hierbandit.experiments.models_build import build_models
 
     try:
         build_models(
             out,
-            n_users=users,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            random_seed=seed,
-            progress=True,
+            **_given(n_users=users, draws=draws, tune=tune, chains=chains, random_seed=seed),
         )
     except (ValueError, TypeError) as exc:
         raise fail(str(exc)) from None
@@ -312,83 +350,10 @@ def demo(
     """Short ebm simulation (synthetic data-poor setting): regret table and regret plot."""
     from hierbandit.experiments.ebm import run_setting, write_results
 
-    ds = run_setting("fig1-data-poor", n_seeds=seeds, horizon=horizon, seed=seed, progress=True)
+    ds = run_setting("fig1-data-poor", n_seeds=seeds, horizon=horizon, seed=seed)
     paths = write_results(ds, out, "demo")
     _print_table(ds)
     typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
-
-
-@ebm_app.command("figures")
-def ebm_figures(
-    out: Out = Path("results/ebm"),
-    seeds: Seeds = 20,
-    horizon: Horizon = 5000,
-    seed: Seed = 0,
-    setting: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--setting", help="fig1-balanced, fig1-data-poor, fig2-sparse (default: all)."
-        ),
-    ] = None,
-) -> None:
-    """Reproduce the ebm paper's Figure 1 (both settings) and Figure 2."""
-    from hierbandit.experiments.ebm import FIGURE_POLICY_NAMES, SETTINGS, run_setting, write_results
-
-    for name in setting or list(SETTINGS):
-        if name not in SETTINGS:
-            raise typer.BadParameter(f"unknown setting {name!r}; choose from {list(SETTINGS)}")
-        ds = run_setting(
-            name,
-            n_seeds=seeds,
-            horizon=horizon,
-            seed=seed,
-            policies=FIGURE_POLICY_NAMES,
-            progress=True,
-        )
-        paths = write_results(ds, out, name)
-        _print_table(ds)
-        typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
-
-
-class RealDataset(enum.StrEnum):
-    linnerud = "linnerud"
-    movielens = "movielens"
-    digits = "digits"
-
-
-@ebm_app.command("real")
-def ebm_real(
-    dataset: Annotated[
-        list[RealDataset] | None,
-        typer.Option("--dataset", help="linnerud, movielens, digits (default: all)."),
-    ] = None,
-    scale: Annotated[
-        Scale, typer.Option("--scale", help="small: 10 seeds, 1/5 horizon; paper: 100 seeds.")
-    ] = Scale.small,
-    seeds: Annotated[
-        int | None, typer.Option("--seeds", min=1, help="Override the scale's seeds.")
-    ] = None,
-    horizon: Annotated[
-        int | None, typer.Option("--horizon", min=10, help="Override the scale's horizon.")
-    ] = None,
-    out: Out = Path("results/ebm-real"),
-    seed: Seed = 0,
-) -> None:
-    """Reproduce the ebm paper's Figure 4 on real data that ships with installed packages."""
-    from hierbandit.experiments.ebm_real import REAL_EXPERIMENTS, run_real, write_real
-
-    for name in dataset or list(REAL_EXPERIMENTS):
-        ds = run_real(
-            str(name),
-            scale=str(scale),
-            n_seeds=seeds,
-            horizon=horizon,
-            seed=seed,
-            progress=True,
-        )
-        paths = write_real(ds, out)
-        _print_table(ds)
-        typer.echo(f"wrote {paths['plot']}, {paths['table']} and {paths['data']}")
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -1,11 +1,12 @@
-"""``hierbandit sclub …``: online clustering of bandits (Li, Chen, Li & Leung 2019).
+"""``hierbandit sclub …``: tools for the online clustering of bandits (SCLUB, CLUB, …).
 
-* ``reproduce`` — the paper's settings (1a), (1b), (1c) and the MovieLens settings (2a), (2b)
-  with SCLUB, CLUB, LinUCB-One and LinUCB-Ind; writes Table-1-style final regrets, regret and
-  number-of-clusters curves, a mixture audit of SCLUB's clustering and the checked claims.
 * ``audit`` — train SCLUB on one setting and audit its final clustering with the user-level
   mixture of linear regressions (EM, or NUTS on the PyMC model): co-clustering matrix and
   adjusted Rand indices.
+
+The paper's reproduction (Table 1) is the named experiment ``sclub``: ``hierbandit experiment
+run sclub``. The defaults of ``audit`` (horizon, reward model, noise) are the experiment's, read
+from its shipped configuration.
 """
 
 from __future__ import annotations
@@ -31,13 +32,6 @@ class Reward(enum.StrEnum):
     bernoulli = "bernoulli"
 
 
-class Preset(enum.StrEnum):
-    """Policy configurations."""
-
-    paper = "paper"
-    reference = "reference"
-
-
 class AuditMethod(enum.StrEnum):
     """Mixture fitting methods."""
 
@@ -45,105 +39,23 @@ class AuditMethod(enum.StrEnum):
     nuts = "nuts"
 
 
-@app.command("reproduce")
-def reproduce_cmd(
-    scale: Annotated[
-        Scale,
-        typer.Option(
-            "--scale",
-            help="small: n_u=200, T=2^17-1, 4 seeds (minutes); paper: n_u=1000 (MovieLens 671), "
-            "T=2^20-1, 10 seeds.",
-        ),
-    ] = Scale.small,
-    seeds: Annotated[
-        int | None, typer.Option("--seeds", min=1, help="Override the number of seeds.")
-    ] = None,
-    out: Out = Path("results/sclub"),
-    seed: Seed = 0,
-    settings: Annotated[
-        list[str] | None,
-        typer.Option("--setting", help="Settings to run (repeat; default 1a 1b 1c 2a 2b)."),
-    ] = None,
-    reward: Annotated[
-        Reward, typer.Option("--reward", help="Reward model (the reference code: bernoulli).")
-    ] = Reward.gaussian,
-    noise_sd: Annotated[
-        float, typer.Option("--noise-sd", min=0.0, help="Gaussian noise standard deviation.")
-    ] = 0.05,
-    preset: Annotated[
-        Preset,
-        typer.Option("--preset", help="paper (default rules) or reference (the authors' code)."),
-    ] = Preset.paper,
-    horizon: Annotated[
-        int | None, typer.Option("--horizon", min=2, help="Override the horizon T.")
-    ] = None,
-    users: Annotated[
-        int | None, typer.Option("--users", min=2, help="Override the number of users.")
-    ] = None,
-    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Seeds run in parallel.")] = 2,
-    audit: Annotated[
-        bool, typer.Option("--audit/--no-audit", help="EM mixture audit of SCLUB (seed 0).")
-    ] = True,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = False,
-) -> None:
-    """Reproduce SCLUB's Table 1 / Figure 2 and check the paper's claims."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from hierbandit.experiments.sclub import SETTINGS, check_claims, regret_table, reproduce
-
-    chosen = settings or list(SETTINGS)
-    try:
-        results = reproduce(
-            chosen,
-            scale=scale.value,
-            n_seeds=seeds,
-            horizon=horizon,
-            n_users=users,
-            seed=seed,
-            reward=reward.value,
-            noise_sd=noise_sd,
-            preset=preset.value,
-            n_jobs=jobs,
-            audit=audit,
-            out=out,
-            progress=progress,
-        )
-    except (ValueError, TypeError) as exc:
-        raise fail(str(exc)) from None
-    table = Table(title="final cumulative regret (mean ± s.e.) [final clusters]")
-    table.add_column("policy")
-    for s in results:
-        table.add_column(s, justify="right")
-    names = list(regret_table(next(iter(results.values()))).index)
-    tabs = {s: regret_table(ds) for s, ds in results.items()}
-    for name in names:
-        table.add_row(
-            name,
-            *(
-                f"{t.loc[name, 'mean']:,.0f} ± {t.loc[name, 'se']:,.0f} "
-                f"[{t.loc[name, 'final_clusters']:.0f}]"
-                for t in tabs.values()
-            ),
-        )
-    console = Console()
-    console.print(table)
-    claims = check_claims(results)
-    console.print(f"claims hold: {claims['all_hold']}", highlight=False)
-    for s, res in claims.items():
-        if s != "all_hold":
-            console.print(f"  {s}: {res}", highlight=False, soft_wrap=True)
-    typer.echo(f"wrote {out / 'table1.md'}, {out / 'regret_curves.png'}, {out / 'summary.json'}")
-
-
 @app.command("audit")
 def audit_cmd(
     setting: Annotated[str, typer.Option("--setting", help="Setting (1a 1b 1c 2a 2b).")] = "1a",
     scale: Annotated[Scale, typer.Option("--scale")] = Scale.small,
-    horizon: Annotated[int | None, typer.Option("--horizon", min=2)] = None,
-    users: Annotated[int | None, typer.Option("--users", min=2)] = None,
-    reward: Annotated[Reward, typer.Option("--reward")] = Reward.gaussian,
-    noise_sd: Annotated[float, typer.Option("--noise-sd", min=0.0)] = 0.05,
+    horizon: Annotated[
+        int | None, typer.Option("--horizon", min=2, help="Rounds T (default: the scale's).")
+    ] = None,
+    users: Annotated[
+        int | None, typer.Option("--users", min=2, help="Users (default: the scale's).")
+    ] = None,
+    reward: Annotated[
+        Reward | None, typer.Option("--reward", help="Reward model (default: the experiment's).")
+    ] = None,
+    noise_sd: Annotated[
+        float | None,
+        typer.Option("--noise-sd", min=0.0, help="Gaussian noise sd (default: the experiment's)."),
+    ] = None,
     method: Annotated[
         AuditMethod, typer.Option("--method", help="em (seconds) or nuts (PyMC; minutes).")
     ] = AuditMethod.em,
@@ -156,15 +68,12 @@ def audit_cmd(
     seed: Seed = 0,
 ) -> None:
     """Train SCLUB on one seed of a setting and audit its clustering with the mixture model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
     from hierbandit._io import atomic_write, write_dataset, write_json
+    from hierbandit.experiments.catalog import get_experiment
     from hierbandit.experiments.sclub import (
-        SCALES,
         audit_clustering,
         make_env,
         make_policies,
@@ -173,9 +82,13 @@ def audit_cmd(
 
     try:
         env = make_env(
-            setting, scale=scale.value, n_users=users, reward=reward.value, noise_sd=noise_sd
+            setting,
+            scale=scale.value,
+            n_users=users,
+            reward=None if reward is None else reward.value,
+            noise_sd=noise_sd,
         )
-        T = horizon or SCALES[scale.value]["horizon"]
+        T = horizon or get_experiment("sclub").defaults[scale.value]["horizon"]
         pol = make_policies(env.n_users, env.n_features, ["SCLUB"])
         _, runs = simulate_clustering(pol, env, T, 1, seed=seed, return_runs=True)
         sclub, env0 = runs[0]["policies"][0], runs[0]["env"]

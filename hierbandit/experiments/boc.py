@@ -1,21 +1,23 @@
 """Reproduction of the experiments of *Optimal Clustering with Bandit Feedback* (Section 6).
 
-* **Figure 3** (:func:`run_synthetic`): the easy, moderate and challenging instances of eq. (9),
+* **Figure 3** (part ``"synthetic"``): the easy, moderate and challenging instances of eq. (9),
   BOC, Oracle and Uniform, thresholds β (eq. 8) and β̃ (§6.1); mean sample complexity against
   log(1/δ) with the lower bound ``d_KL(δ, 1−δ) D*``. The paper does not give its δ grid; the
   x-axis runs to log(1/δ) = 400, so the grid is ``log(1/δ) ∈ {ln 10, 5, 10, 25, 50, 100, 150,
   …, 400}``.
-* **Table 1** (:func:`run_real`): Iris and the digits stand-in for Yeast/MNIST (Section 6.2
+* **Table 1** (part ``"real"``): Iris and the digits stand-in for Yeast/MNIST (Section 6.2
   construction, D* = 2), BOC and Uniform with β̃, δ = 10⁻¹ … 10⁻¹⁰.
-* **Table 2** (:func:`run_table2`, Appendix C.2): the original sampling rule against linear
+* **Table 2** (part ``"table2"``, Appendix C.2): the original sampling rule against linear
   exploration (LE, exact r) on the challenging instance rescaled to D* = 2 and on Iris, β̃.
 
 Every (threshold, δ) comes from one sample path per (instance, algorithm, trial)
 (:func:`~hierbandit.boc.stopping_times`). Seeds: trial ``j`` of instance ``name`` uses
 the noise seed ``SeedSequence(seed, spawn_key=(crc32(name), j))`` for every algorithm (common
 random numbers). Results are xarray Datasets with dims ``(algorithm, trial, threshold,
-log_inv_delta)``; :func:`reproduce` writes netCDF, Markdown tables, PNG plots and an acceptance
-summary.
+log_inv_delta)`` (:func:`run_part`); :func:`write_reproduction` writes netCDF, Markdown tables, PNG
+plots and an acceptance summary. :data:`EXPERIMENT` is the named experiment ``boc``
+(``hierbandit experiment run boc``); its parameter values (trials, parts, the digits dimension,
+the pull budget) live in ``configs/boc.toml``.
 """
 
 from __future__ import annotations
@@ -42,23 +44,25 @@ from hierbandit.boc.instances import (
 )
 from hierbandit.boc.thresholds import kl_bernoulli_delta
 from hierbandit.experiments._config import check_seed
+from hierbandit.experiments.cells import Annotate, concat_cells, group_cells, windows
+from hierbandit.experiments.registry import SEED, Cell, Param, define_experiment
+from hierbandit.experiments.report import markdown_table, write_text
 
 __all__ = [
+    "DIGITS_ARMS",
+    "EXPERIMENT",
     "PARTS",
+    "PART_INSTANCES",
     "REAL_LOG_INV_DELTAS",
-    "SCALES",
     "SYNTHETIC_LOG_INV_DELTAS",
     "acceptance",
     "clopper_pearson",
     "make_algorithm",
+    "make_instance",
     "part_instances",
     "plot_figure3",
-    "reproduce",
     "run_instance",
     "run_part",
-    "run_real",
-    "run_synthetic",
-    "run_table2",
     "slopes",
     "summary_table",
     "write_reproduction",
@@ -69,13 +73,8 @@ SYNTHETIC_LOG_INV_DELTAS = (math.log(10.0), 5.0, 10.0, 25.0, 50.0, 100.0, 150.0,
 #: δ = 10⁻¹ … 10⁻¹⁰ (Tables 1 and 2)
 REAL_LOG_INV_DELTAS = tuple(k * math.log(10.0) for k in range(1, 11))
 ALGORITHMS = ("BOC", "Oracle", "Uniform", "BOC-LE")
-
-#: trials per experiment at each scale (the paper uses 256 everywhere)
-SCALES: dict[str, dict[str, int]] = {
-    "small": {"synthetic": 16, "real": 16, "table2": 32},
-    "paper": {"synthetic": 256, "real": 256, "table2": 256},
-}
-_MAX_PULLS = 5_000_000
+#: images drawn for the digits stand-in (Section 6.2 construction)
+DIGITS_ARMS = 500
 
 
 def make_algorithm(name: str, instance: ClusterBandit, **kwargs: Any) -> Any:
@@ -125,12 +124,12 @@ def run_instance(
     instance: ClusterBandit,
     *,
     algorithms: Sequence[str] = ("BOC", "Oracle", "Uniform"),
-    n_trials: int = 16,
+    n_trials: int,
     log_inv_deltas: Sequence[float] = SYNTHETIC_LOG_INV_DELTAS,
     thresholds: Sequence[str] = ("beta", "beta_tilde"),
     seed: int = 0,
     workers: int = 1,
-    max_pulls: int = _MAX_PULLS,
+    max_pulls: int | None = None,
     executor: Executor | None = None,
     first_trial: int = 0,
 ) -> xr.Dataset:
@@ -138,7 +137,9 @@ def run_instance(
 
     Trials ``first_trial … first_trial + n_trials − 1`` are run (the ``trial`` coordinate);
     trial ``j``'s noise depends only on ``seed``, the instance and ``j``, so a sweep can be
-    split into windows of trials that give the same results.
+    split into windows of trials that give the same results. A run still going after
+    ``max_pulls`` pulls is stopped unfinished (default: the shipped ``max_pulls`` of
+    ``configs/boc.toml``).
 
     Returns
     -------
@@ -152,6 +153,7 @@ def run_instance(
     :class:`concurrent.futures.Executor`) when given.
     """
     n_trials = check_positive_int(n_trials, "n_trials")
+    max_pulls = EXPERIMENT.fill("small", max_pulls=max_pulls)["max_pulls"]
     workers = check_positive_int(workers, "workers")
     first_trial = check_seed(first_trial, "first_trial")
     algorithms = [check_choice(a, ALGORITHMS, "algorithms") for a in algorithms]
@@ -221,28 +223,48 @@ PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, ...]]] = {
 }
 
 
-def part_instances(
-    part: str,
-    *,
-    kinds: Sequence[str] = ("easy", "moderate", "challenging"),
-    digits_features: int = 10,
-    digits_arms: int = 500,
-) -> dict[str, ClusterBandit]:
-    """The instances of one part of the reproduction (see :data:`PARTS`).
+#: part → names of its instances (the synthetic part runs the experiment's ``kinds``)
+PART_INSTANCES: dict[str, tuple[str, ...]] = {
+    "real": ("iris", "digits"),
+    "table2": ("challenging-rescaled", "iris"),
+}
 
-    ``"synthetic"``: the instances of eq. (9) named by ``kinds``; ``"real"``: Iris and the digits
-    stand-in rescaled to D* = 2 (Section 6.2); ``"table2"``: the challenging instance rescaled to
-    D* = 2 and Iris (Appendix C.2).
+
+def make_instance(part: str, name: str, *, digits_features: int | None = None) -> ClusterBandit:
+    """Instance ``name`` of one part of the reproduction (see :data:`PARTS`).
+
+    ``"synthetic"``: the instance of eq. (9) of that kind; ``"iris"``; ``"digits"``: the digits
+    stand-in with ``digits_features`` principal components (default: the shipped
+    ``digits_features``) rescaled to D* = 2 (Section 6.2); ``"challenging-rescaled"``: the
+    challenging instance rescaled to D* = 2 (Appendix C.2).
     """
     check_choice(part, tuple(PARTS), "part")
     if part == "synthetic":
-        return {kind: synthetic_instance(kind) for kind in kinds}
-    if part == "real":
-        return real_instances(digits_features, digits_arms)
-    return {
-        "challenging-rescaled": synthetic_instance("challenging", target_hardness=2.0),
-        "iris": iris_instance(),
-    }
+        return synthetic_instance(name)
+    check_choice(name, PART_INSTANCES[part], "instance")
+    if name == "iris":
+        return iris_instance()
+    if name == "digits":
+        features = EXPERIMENT.fill("small", digits_features=digits_features)["digits_features"]
+        return digits_instance(n_features=features, n_arms=DIGITS_ARMS)
+    return synthetic_instance("challenging", target_hardness=2.0)
+
+
+def part_instances(
+    part: str,
+    *,
+    kinds: Sequence[str] | None = None,
+    digits_features: int | None = None,
+) -> dict[str, ClusterBandit]:
+    """The instances of one part of the reproduction (:func:`make_instance`): the ``kinds`` of
+    eq. (9) for ``"synthetic"`` (default: the shipped ``kinds``), :data:`PART_INSTANCES`
+    otherwise."""
+    check_choice(part, tuple(PARTS), "part")
+    if part == "synthetic":
+        names = EXPERIMENT.fill("small", kinds=None if kinds is None else list(kinds))["kinds"]
+    else:
+        names = PART_INSTANCES[part]
+    return {n: make_instance(part, n, digits_features=digits_features) for n in names}
 
 
 def run_part(
@@ -252,7 +274,7 @@ def run_part(
     n_trials: int,
     seed: int = 0,
     workers: int = 1,
-    max_pulls: int = _MAX_PULLS,
+    max_pulls: int | None = None,
     executor: Executor | None = None,
     first_trial: int = 0,
     log_inv_deltas: Sequence[float] | None = None,
@@ -274,79 +296,6 @@ def run_part(
         )
         for name, inst in instances.items()
     }
-
-
-def run_synthetic(
-    *,
-    kinds: Sequence[str] = ("easy", "moderate", "challenging"),
-    n_trials: int = 16,
-    seed: int = 0,
-    workers: int = 1,
-    log_inv_deltas: Sequence[float] = SYNTHETIC_LOG_INV_DELTAS,
-    max_pulls: int = _MAX_PULLS,
-    executor: Executor | None = None,
-) -> dict[str, xr.Dataset]:
-    """Figure 3: BOC, Oracle and Uniform with β and β̃ on the instances of eq. (9)."""
-    return run_part(
-        "synthetic",
-        part_instances("synthetic", kinds=kinds),
-        n_trials=n_trials,
-        seed=seed,
-        workers=workers,
-        max_pulls=max_pulls,
-        executor=executor,
-        log_inv_deltas=log_inv_deltas,
-    )
-
-
-def real_instances(digits_features: int = 10, digits_arms: int = 500) -> dict[str, ClusterBandit]:
-    """Iris and the digits stand-in, both rescaled to D* = 2 (Section 6.2)."""
-    return {
-        "iris": iris_instance(),
-        "digits": digits_instance(n_features=digits_features, n_arms=digits_arms),
-    }
-
-
-def run_real(
-    *,
-    n_trials: int = 16,
-    seed: int = 0,
-    workers: int = 1,
-    digits_features: int = 10,
-    digits_arms: int = 500,
-    max_pulls: int = _MAX_PULLS,
-    executor: Executor | None = None,
-) -> dict[str, xr.Dataset]:
-    """Table 1 (with the digits stand-in for Yeast): BOC and Uniform with β̃, δ = 10⁻¹…10⁻¹⁰."""
-    return run_part(
-        "real",
-        real_instances(digits_features, digits_arms),
-        n_trials=n_trials,
-        seed=seed,
-        workers=workers,
-        max_pulls=max_pulls,
-        executor=executor,
-    )
-
-
-def run_table2(
-    *,
-    n_trials: int = 32,
-    seed: int = 0,
-    workers: int = 1,
-    max_pulls: int = _MAX_PULLS,
-    executor: Executor | None = None,
-) -> dict[str, xr.Dataset]:
-    """Table 2 (Appendix C.2): original (forced) vs linear exploration, β̃, δ = 10⁻¹…10⁻¹⁰."""
-    return run_part(
-        "table2",
-        part_instances("table2"),
-        n_trials=n_trials,
-        seed=seed,
-        workers=workers,
-        max_pulls=max_pulls,
-        executor=executor,
-    )
 
 
 # ---------------------------------------------------------------------- summaries
@@ -484,9 +433,6 @@ def acceptance(
 # ---------------------------------------------------------------------- plots and tables
 def plot_figure3(synthetic: dict[str, xr.Dataset]) -> Any:
     """Figure 3: one row per instance, one column per threshold; mean τ ± sd against log(1/δ)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(synthetic)
@@ -542,29 +488,34 @@ def _synthetic_markdown(synthetic: dict[str, xr.Dataset], acc: dict[str, Any]) -
         n = ds.sizes["trial"]
         lines += [f"## {name}: D* = {ds.attrs['hardness']:.6g}, {n} trials (mean ± sd)", ""]
         Ls = ds.log_inv_delta.values
-        lines.append("| threshold | algorithm | " + " | ".join(f"{L:.4g}" for L in Ls) + " |")
-        lines.append("|---|---|" + "---|" * Ls.size)
+        rows = []
         for thr in ds.threshold.values:
             for alg in ds.algorithm.values:
                 tau = ds.tau.sel(algorithm=alg, threshold=thr).astype(float)
                 m, s = tau.mean("trial").values, tau.std("trial", ddof=1).values
-                cells = " | ".join(_fmt(a, b) for a, b in zip(m, s, strict=True))
-                lines.append(f"| {thr} | {alg} | {cells} |")
-        lb = " | ".join(f"{v:.1f}" for v in ds.lower_bound.values)
-        lines += [f"| — | lower bound d_KL(δ,1−δ)·D* | {lb} |", ""]
-        lines += [
-            "Slope of the mean over log(1/δ) ∈ [200, 400] (± standard error), and ratio to D*:",
-            "",
-            "| threshold | algorithm | slope | slope / D* |",
-            "|---|---|---|---|",
-        ]
+                rows.append([thr, alg, *(_fmt(a, b) for a, b in zip(m, s, strict=True))])
+        rows.append(
+            ["—", "lower bound d_KL(δ,1−δ)·D*", *(f"{v:.1f}" for v in ds.lower_bound.values)]
+        )
+        header = ["threshold", "algorithm", *(f"{L:.4g}" for L in Ls)]
+        lines += [markdown_table(header, rows), ""]
+        slope_rows = []
         for thr in ds.threshold.values:
             e = acc["slopes"][f"{name}/{thr}"]
             for alg in ds.algorithm.values:
-                lines.append(
-                    f"| {thr} | {alg} | {e[alg]['slope']:.4g} ± {e[alg]['se']:.2g} | "
-                    f"{e[alg]['ratio_to_D*']:.3f} |"
+                slope_rows.append(
+                    [
+                        thr,
+                        alg,
+                        f"{e[alg]['slope']:.4g} ± {e[alg]['se']:.2g}",
+                        f"{e[alg]['ratio_to_D*']:.3f}",
+                    ]
                 )
+        lines += [
+            "Slope of the mean over log(1/δ) ∈ [200, 400] (± standard error), and ratio to D*:",
+            "",
+            markdown_table(["threshold", "algorithm", "slope", "slope / D*"], slope_rows),
+        ]
         r = acc["ratio_boc_uniform"][name]
         err = acc["errors"][name]
         lines += [
@@ -590,22 +541,16 @@ def _table_markdown(title: str, results: dict[str, xr.Dataset], note: str = "") 
     lines = [f"# {title}", ""]
     if note:
         lines += [note, ""]
-    head = " | ".join(f"{n} {a}" for n, a in cols)
-    lines += [f"| δ | {head} |", "|---|" + "---|" * len(cols)]
+    header = ["δ", *(f"{n} {a}" for n, a in cols)]
+    rows = []
     for L in Ls:
         cells = []
         for name, alg in cols:
             tau = results[name].tau.sel(algorithm=alg, log_inv_delta=L).isel(threshold=0)
             tau = tau.astype(float)
             cells.append(_fmt(float(tau.mean()), float(tau.std(ddof=1))))
-        lines.append(f"| {_delta_label(L)} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "Empirical error rate (wrong partitions / trials) with a 95 % Clopper–Pearson interval:",
-        "",
-        f"| δ | {head} |",
-        "|---|" + "---|" * len(cols),
-    ]
+        rows.append([_delta_label(L), *cells])
+    error_rows = []
     for L in Ls:
         cells = []
         for name, alg in cols:
@@ -614,8 +559,15 @@ def _table_markdown(title: str, results: dict[str, xr.Dataset], note: str = "") 
             k = int((cell.stopped & ~cell.correct).sum()) + int((~cell.stopped).sum())
             lo, hi = clopper_pearson(k, n)
             cells.append(f"{k}/{n} [{lo:.3f}, {hi:.3f}]")
-        lines.append(f"| {_delta_label(L)} | " + " | ".join(cells) + " |")
-    lines.append("")
+        error_rows.append([_delta_label(L), *cells])
+    lines += [
+        markdown_table(header, rows),
+        "",
+        "Empirical error rate (wrong partitions / trials) with a 95 % Clopper–Pearson interval:",
+        "",
+        markdown_table(header, error_rows),
+        "",
+    ]
     for name, ds in results.items():
         lines.append(
             f"* {name}: M = {ds.attrs['n_arms']}, K = {ds.attrs['n_clusters']}, "
@@ -623,108 +575,6 @@ def _table_markdown(title: str, results: dict[str, xr.Dataset], note: str = "") 
             f"{ds.sizes['trial']} trials."
         )
     return "\n".join(lines) + "\n"
-
-
-def _write_text(path: Path, text: str) -> Path:
-    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
-def reproduce(
-    out: str | Path,
-    *,
-    scale: str = "small",
-    n_trials: int | None = None,
-    seed: int = 0,
-    workers: int = 1,
-    parts: Sequence[str] = ("synthetic", "real", "table2"),
-    digits_features: int = 10,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Run the experiments and write every artifact into ``out``.
-
-    Parameters
-    ----------
-    out
-        Output folder.
-    scale
-        ``"small"`` (16 trials per setting, 32 for Table 2; a few minutes) or ``"paper"`` (256).
-    n_trials
-        Overrides the scale's number of trials for every part.
-    seed
-        Base noise seed.
-    workers
-        Worker processes (trials run in parallel).
-    parts
-        Subset of ``("synthetic", "real", "table2")``.
-    digits_features
-        PCA dimension of the digits stand-in.
-
-    Returns
-    -------
-    dict
-        Paths of the written files, the acceptance summary and timings.
-    """
-    check_choice(scale, tuple(SCALES), "scale")
-    for p in parts:
-        check_choice(p, ("synthetic", "real", "table2"), "parts")
-    trials = dict(SCALES[scale])
-    if n_trials is not None:
-        n_trials = check_positive_int(n_trials, "n_trials")
-        trials = dict.fromkeys(trials, n_trials)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    config = {"scale": scale, "trials": trials, "seed": seed, "digits_features": digits_features}
-
-    def note(msg: str) -> None:
-        if progress:
-            print(msg, flush=True)
-
-    workers = check_positive_int(workers, "workers")
-    executor = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
-    try:
-        return _reproduce(out, parts, trials, seed, executor, digits_features, config, note)
-    finally:
-        if executor is not None:
-            executor.shutdown()
-
-
-def _reproduce(
-    out: Path,
-    parts: Sequence[str],
-    trials: dict[str, int],
-    seed: int,
-    executor: Executor | None,
-    digits_features: int,
-    config: dict[str, Any],
-    note: Any,
-) -> dict[str, Any]:
-    timings: dict[str, float] = {}
-    synthetic: dict[str, xr.Dataset] = {}
-    real: dict[str, xr.Dataset] = {}
-    table2: dict[str, xr.Dataset] = {}
-    if "synthetic" in parts:
-        start = time.perf_counter()
-        note(f"Figure 3: {trials['synthetic']} trials per instance and algorithm …")
-        synthetic = run_synthetic(n_trials=trials["synthetic"], seed=seed, executor=executor)
-        timings["synthetic"] = time.perf_counter() - start
-    if "real" in parts:
-        start = time.perf_counter()
-        note(f"Table 1: {trials['real']} trials on Iris and digits …")
-        real = run_real(
-            n_trials=trials["real"],
-            seed=seed,
-            digits_features=digits_features,
-            executor=executor,
-        )
-        timings["real"] = time.perf_counter() - start
-    if "table2" in parts:
-        start = time.perf_counter()
-        note(f"Table 2: {trials['table2']} trials, original vs linear exploration …")
-        table2 = run_table2(n_trials=trials["table2"], seed=seed, executor=executor)
-        timings["table2"] = time.perf_counter() - start
-    files, acc = write_reproduction(out, synthetic, real, table2, config, timings)
-    return {"files": files, "acceptance": acc, "timings": timings, "synthetic": synthetic,
-            "real": real}  # fmt: skip
 
 
 def write_reproduction(
@@ -759,7 +609,7 @@ def write_reproduction(
 
         plt.close(fig)
     if real:
-        files["table1"] = _write_text(
+        files["table1"] = write_text(
             out / "table1.md",
             _table_markdown(
                 "Table 1: mean ± sd of the sample complexity, heuristic threshold β̃",
@@ -770,7 +620,7 @@ def write_reproduction(
             ),
         )
     if table2:
-        files["table2"] = _write_text(
+        files["table2"] = write_text(
             out / "table2.md",
             _table_markdown(
                 "Table 2: original (forced) vs linear exploration (BOC-LE), β̃",
@@ -780,7 +630,7 @@ def write_reproduction(
         )
     acc = acceptance(dict(synthetic), dict(real)) if synthetic else None
     if synthetic:
-        files["figure3_table"] = _write_text(
+        files["figure3_table"] = write_text(
             out / "figure3.md", _synthetic_markdown(dict(synthetic), acc)
         )
     rows = []
@@ -797,3 +647,83 @@ def write_reproduction(
     summary = {"config": config, "timings_seconds": timings or {}, "acceptance": acc}
     files["summary"] = write_json(out / "summary.json", summary)
     return files, acc
+
+
+# ---------------------------------------------------------------------- the named experiment
+def _trials(p: Mapping[str, Any], part: str) -> int:
+    return p["table2_trials"] if part == "table2" else p["seeds"]
+
+
+def _cells(p: Mapping[str, Any]) -> list[Cell]:
+    out = []
+    for part in p["parts"]:
+        names = p["kinds"] if part == "synthetic" else PART_INSTANCES[part]
+        for name in names:
+            for first, n in windows(_trials(p, part), p["seeds_per_cell"]):
+                out.append(
+                    Cell(
+                        f"{part}-{name}_trials-{first}-{first + n - 1}",
+                        {"part": part, "instance": name, "first_trial": first, "n_trials": n},
+                    )
+                )
+    return out
+
+
+def _run_cell(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Any) -> xr.Dataset:
+    part, name = spec["part"], spec["instance"]
+    inst = make_instance(part, name, digits_features=p["digits_features"])
+    (ds,) = run_part(
+        part,
+        {name: inst},
+        n_trials=spec["n_trials"],
+        seed=p["seed"],
+        max_pulls=p["max_pulls"],
+        first_trial=spec["first_trial"],
+    ).values()
+    return ds
+
+
+def _write(
+    p: Mapping[str, Any], results: Mapping[str, xr.Dataset], out: Path, annotate: Annotate
+) -> tuple[dict[str, Path], list[str]]:
+    groups: dict[str, dict[str, xr.Dataset]] = {"synthetic": {}, "real": {}, "table2": {}}
+    for prefix, parts in group_cells(results).items():
+        part, name = prefix.split("-", 1)
+        groups[part][name] = annotate(concat_cells(parts, "trial"))
+    config = {
+        "trials": {part: _trials(p, part) for part in p["parts"]},
+        "seed": p["seed"],
+        "digits_features": p["digits_features"],
+    }
+    files, _ = write_reproduction(
+        out, groups["synthetic"], groups["real"], groups["table2"], config
+    )
+    lines = []
+    for key in ("figure3_table", "table1", "table2"):
+        if key in files:
+            text = Path(files[key]).read_text(encoding="utf-8")
+            lines += ["##" + ln if ln.startswith("#") else ln for ln in text.splitlines()]
+            lines.append("")
+    if "figure3" in files:
+        lines += ["![Figure 3](figure3.png)", ""]
+    return files, lines
+
+
+#: ``boc``: Figure 3, Tables 1 and 2, one cell per instance and window of trials
+EXPERIMENT = define_experiment(
+    "boc",
+    params=(
+        Param("parts", "str", "Figure 3, Table 1 and/or Table 2.", many=True,
+              choices=tuple(PARTS)),
+        Param("kinds", "str", "Synthetic instances of eq. (9).", many=True,
+              choices=("easy", "moderate", "challenging")),
+        Param("table2_trials", "int", "Trials of Table 2 (the others use seeds).", minimum=1),
+        Param("digits_features", "int", "PCA dimension of the digits stand-in.", minimum=1),
+        Param("max_pulls", "int", "Budget after which a run is stopped unfinished.", minimum=1),
+        SEED,
+    ),
+    cells=_cells,
+    run_cell=_run_cell,
+    write=_write,
+    timing_vars=("seconds",),
+)  # fmt: skip

@@ -3,9 +3,11 @@
 :func:`simulate_cascade` runs episode-level cascading policies on a
 :class:`~hierbandit.cascade.env.CascadeEnv` over many seeds with common random numbers and
 returns an :class:`xarray.Dataset` with dims (policy, seed, episode). :func:`run_reproduction`
-runs the spec's §6.3 configuration for several numbers of users ``N``, checks the acceptance
-criteria of §6.5 (:func:`acceptance`) and writes the results, a table and the two rows of
-Figure 5 (:func:`write_reproduction`).
+runs the spec's §6.3 configuration for several numbers of users ``N``, :func:`acceptance` checks
+the acceptance criteria of §6.5 and :func:`write_reproduction` writes the results, a table and the
+two rows of Figure 5 (``docs/cascading.md``, Reproducing the experiments). :data:`EXPERIMENT` is
+the named experiment ``cascade`` (``hierbandit experiment run cascade``); its parameter values
+live in ``configs/cascade.toml``.
 
 Seeding
 -------
@@ -21,7 +23,7 @@ Regret
 Per episode, ``Σ_n V*_1(x_{t,n}) − V^π_1(x_{t,n})`` with the true θ (Definition 3.2):
 exact (:func:`~hierbandit.cascade.env.slate_value`) for open-loop policies (every policy of
 the paper, with AUCBBP's literal ranking) and the unbiased performance-difference estimate
-(spec §2.3) for closed-loop ones (``AUCBBP(rank_pool="active")``).
+(``docs/cascading.md``) for closed-loop ones (``AUCBBP(rank_pool="active")``).
 """
 
 from __future__ import annotations
@@ -56,10 +58,14 @@ from hierbandit.cascade.policies import (
     CascadeRandom,
 )
 from hierbandit.experiments._config import check_seed, config_json, resolve_factories, seed_children
+from hierbandit.experiments.cells import Annotate, concat_cells, group_cells, seed_cells
+from hierbandit.experiments.progress import progress_task
+from hierbandit.experiments.registry import SCALES, SEED, Cell, Param, define_experiment
+from hierbandit.experiments.report import frame_table
 
 __all__ = [
+    "EXPERIMENT",
     "REPRODUCTION_POLICIES",
-    "SCALES",
     "acceptance",
     "combine_n_users",
     "make_policies",
@@ -72,13 +78,7 @@ __all__ = [
 
 PolicyFactory = Callable[[np.random.Generator], CascadePolicy]
 
-#: scale → (episodes T, user counts N); 10 seeds by default
-SCALES: dict[str, dict[str, Any]] = {
-    "small": {"n_episodes": 300, "n_users": (10, 20, 50, 100)},
-    "paper": {"n_episodes": 1000, "n_users": (10, 20, 50, 100, 200)},
-}
-
-#: the policies of the reproduction (spec §6.3–6.4) in plotting order
+#: the policies of the reproduction (spec §6.3–6.4, ``docs/cascading.md``) in plotting order
 REPRODUCTION_POLICIES = (
     "UCBBP",
     "AUCBBP",
@@ -179,7 +179,6 @@ def simulate_cascade(
     *,
     seed: int = 0,
     redraw_env: bool = True,
-    progress: bool = False,
     first_seed: int = 0,
 ) -> xr.Dataset:
     """Run cascading policies on the same per-seed environment and random numbers.
@@ -200,8 +199,6 @@ def simulate_cascade(
         Root seed (non-negative int); see the module docstring.
     redraw_env
         Redraw the environment's random parameters per seed.
-    progress
-        Show a rich progress bar over (seed × policy).
     first_seed
         Run replications ``first_seed … first_seed + n_seeds − 1`` of the root seed (the
         ``seed`` coordinate holds these indices); each is the same in any window.
@@ -231,7 +228,6 @@ def simulate_cascade(
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     first_seed = check_seed(first_seed, "first_seed")
     redraw_env = check_bool(redraw_env, "redraw_env")
-    progress = check_bool(progress, "progress")
     P = len(factories)
     out = {
         "regret": np.empty((P, S, T)),
@@ -243,14 +239,8 @@ def simulate_cascade(
     thetas = np.empty((S, env.n_features + env.n_arms))
     configs: dict[str, str] = {}
     exact: dict[str, bool] = {}
-    bar = None
-    if progress:
-        from rich.progress import Progress
-
-        bar = Progress(transient=False)
-        task = bar.add_task(f"cascade N={env.n_users}", total=S * P)
-        bar.start()
-    try:
+    # progress over (seed × policy), reported as log records (hierbandit.experiments.progress)
+    with progress_task(f"cascade N={env.n_users}", total=S * P) as task:
         for s, seq in enumerate(seed_children(int(seed), first_seed, S)):
             env_ss, roll_ss, pol_root = seq.spawn(3)
             env_s = env.clone(rng=np.random.default_rng(env_ss)) if redraw_env else env
@@ -267,11 +257,7 @@ def simulate_cascade(
                 res = _run_policy(pol, roll, env_s)
                 for key, arr in res.items():
                     out[key][i, s] = arr
-                if bar is not None:
-                    bar.advance(task)
-    finally:
-        if bar is not None:
-            bar.stop()
+                task.advance()
     names = [n for n, _ in factories]
     d, K = env.n_features, env.n_arms
     labels = [f"x{i}" for i in range(d)] + [f"arm{k}" for k in range(K)]
@@ -315,14 +301,15 @@ def simulate_cascade(
 def make_policies(
     env: CascadeEnv,
     n_episodes: int,
-    names: Sequence[str] = REPRODUCTION_POLICIES,
+    names: Sequence[str],
     *,
     beta: float = 0.5,
     epsilon: float = 0.1,
 ) -> dict[str, CascadePolicy]:
-    """The reproduction's policies for ``env`` (spec §6.3): UCBBP/AUCBBP with constant β and
-    theory β, the literal update, ε-greedy (0.1), greedy, random and the linear cascading
-    baselines; optionally ``"UCBBP-MAP"``/``"AUCBBP-MAP"`` (full refit) and ``"AUCBBP-active"``.
+    """The reproduction's policies ``names`` for ``env`` (spec §6.3, ``docs/cascading.md``):
+    UCBBP/AUCBBP with constant β and theory β, the literal update, ε-greedy (0.1), greedy, random
+    and the linear cascading baselines (:data:`REPRODUCTION_POLICIES`); also ``"UCBBP-MAP"``/
+    ``"AUCBBP-MAP"`` (full refit) and ``"AUCBBP-active"``.
     """
     K, d, e, H = env.n_arms, env.n_features, env.rewards, env.horizon
     T = n_episodes
@@ -351,50 +338,52 @@ def make_policies(
 def run_reproduction(
     scale: str = "small",
     *,
-    n_seeds: int = 10,
-    seed: int = 0,
+    n_seeds: int | None = None,
+    seed: int | None = None,
     n_users: Sequence[int] | None = None,
     n_episodes: int | None = None,
-    policies: Sequence[str] = REPRODUCTION_POLICIES,
-    progress: bool = False,
+    policies: Sequence[str] | None = None,
 ) -> xr.Dataset:
     """Figure 5 of the paper on the spec's §6.3 configuration, for every ``N``.
 
     Parameters
     ----------
     scale : {"small", "paper"}
-        :data:`SCALES`: small is T = 300, N ∈ {10, 20, 50, 100}; paper is T = 1000,
-        N ∈ {10, 20, 50, 100, 200}.
+        Whose shipped values (``configs/cascade.toml``) fill the arguments left ``None``: small
+        is T = 300, N ∈ {10, 20, 50, 100}; paper is T = 1000, N ∈ {10, 20, 50, 100, 200}; both
+        10 seeds.
     n_seeds, seed
         Replications (the paper: 10) and root seed.
     n_users, n_episodes
         Override the scale's grid.
     policies
         Names for :func:`make_policies`.
-    progress
-        Progress bars.
 
     Returns
     -------
     xarray.Dataset
         :func:`simulate_cascade` outputs concatenated along ``n_users``.
     """
-    check_choice(scale, tuple(SCALES), "scale")
-    cfg = SCALES[scale]
-    T = check_positive_int(
-        n_episodes if n_episodes is not None else cfg["n_episodes"], "n_episodes"
+    check_choice(scale, SCALES, "scale")
+    cfg = EXPERIMENT.fill(
+        scale,
+        seeds=n_seeds,
+        seed=seed,
+        n_users=None if n_users is None else list(n_users),
+        n_episodes=n_episodes,
+        policies=None if policies is None else list(policies),
     )
+    T = check_positive_int(cfg["n_episodes"], "n_episodes")
     if T < 2:
         raise ValueError("n_episodes must be >= 2 (AUCBBP's budget uses ln T)")
-    Ns = tuple(n_users) if n_users is not None else cfg["n_users"]
-    Ns = tuple(check_positive_int(n, "n_users") for n in Ns)
+    Ns = tuple(check_positive_int(n, "n_users") for n in cfg["n_users"])
     if len(set(Ns)) != len(Ns) or not Ns:
         raise ValueError(f"n_users must be distinct and non-empty, got {Ns}")
     results = {}
     for N in sorted(Ns):
         env = CascadeEnv.preset("mccb-repro", n_users=N)
-        pols = make_policies(env, T, policies)
-        results[N] = simulate_cascade(pols, env, T, n_seeds, seed=seed, progress=progress)
+        pols = make_policies(env, T, cfg["policies"])
+        results[N] = simulate_cascade(pols, env, T, cfg["seeds"], seed=cfg["seed"])
     return combine_n_users(results, scale)
 
 
@@ -665,20 +654,7 @@ def plot_figure5(ds: xr.Dataset) -> Any:
 
 
 def _markdown(df: pd.DataFrame, floatfmt: str = "{:.4g}") -> str:
-    frame = df.reset_index()
-    head = [str(c) for c in frame.columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, row in frame.iterrows():
-        cells = []
-        for v in row.tolist():
-            if isinstance(v, bool | np.bool_):
-                cells.append("yes" if v else "NO")
-            elif isinstance(v, float | np.floating):
-                cells.append(floatfmt.format(float(v)))
-            else:
-                cells.append(str(v).replace("|", "\\|"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return frame_table(df.reset_index(), float_format=floatfmt, booleans=("yes", "NO"), escape=True)
 
 
 def write_reproduction(ds: xr.Dataset, out_dir: str | Path) -> dict[str, Path]:
@@ -729,3 +705,56 @@ def write_reproduction(ds: xr.Dataset, out_dir: str | Path) -> dict[str, Path]:
         out / "report.md", lambda p: p.write_text(text, encoding="utf-8")
     )
     return paths
+
+
+# ---------------------------------------------------------------------- the named experiment
+def _cells(p: Mapping[str, Any]) -> list[Cell]:
+    return seed_cells(p, [(f"N-{n}", {"n_users": n}) for n in sorted(p["n_users"])])
+
+
+def _run_cell(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Any) -> xr.Dataset:
+    env = CascadeEnv.preset("mccb-repro", n_users=spec["n_users"])
+    return simulate_cascade(
+        make_policies(env, p["n_episodes"], p["policies"]),
+        env,
+        p["n_episodes"],
+        spec["n_seeds"],
+        seed=p["seed"],
+        first_seed=spec["first_seed"],
+    )
+
+
+def _write(
+    p: Mapping[str, Any], results: Mapping[str, xr.Dataset], out: Path, annotate: Annotate
+) -> tuple[dict[str, Path], list[str]]:
+    per_n = {
+        int(prefix.split("-")[1]): concat_cells(parts, "seed")
+        for prefix, parts in group_cells(results).items()
+    }
+    ds = annotate(combine_n_users(per_n, "experiment"))
+    files = write_reproduction(ds, out)
+    tab = summary_table(ds)
+    lines = ["### Final cumulative regret R(T) (mean over seeds)", "", _markdown(tab), ""]
+    lines += ["![Figure 5](figure5.png)", ""]
+    return files, lines
+
+
+#: ``cascade``: Figure 5, one cell per number of users N and window of seeds
+EXPERIMENT = define_experiment(
+    "cascade",
+    params=(
+        Param("n_users", "int", "Numbers of users N (one panel each).", many=True, minimum=1),
+        Param("n_episodes", "int", "Episodes T.", minimum=2),
+        Param(
+            "policies",
+            "str",
+            "Policies compared.",
+            many=True,
+            choices=(*REPRODUCTION_POLICIES, *_OPTIONAL_POLICIES),
+        ),
+        SEED,
+    ),
+    cells=_cells,
+    run_cell=_run_cell,
+    write=_write,
+)

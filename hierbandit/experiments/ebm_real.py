@@ -5,13 +5,16 @@ draws fresh instance coefficients for every seed (common random numbers: every p
 same coefficients, arrivals, contexts and noise on a seed) and runs the ebm paper's policies with
 their published defaults (EbmTS/EbmUCB λ = 0.001, a = 0.1; LinTS v = 1; LinUCB α = 1; OLSBandit
 q = 1, h = 15; RMBandit q = 50, h = 15). The paper reports neither horizons nor seeds beyond
-"100 random seeds"; the paper scale runs 100 seeds over the horizons below, the small scale
-10 seeds over a fifth of them.
+"100 random seeds"; the horizons at the paper scale are those of :data:`REAL_EXPERIMENTS`, and
+each scale's seeds and horizon divisor are in ``configs/ebm-real.toml`` (see
+``docs/ebm-real-data.md``).
+
+:data:`EXPERIMENT` is the named experiment ``ebm-real`` (``hierbandit experiment run ebm-real``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,18 @@ import xarray as xr
 
 from hierbandit._validation import check_choice, check_positive_int
 from hierbandit.ebm.real_tasks import REAL_TASKS, make_real_tasks
-from hierbandit.experiments.ebm import POLICY_NAMES, make_policies, write_results
+from hierbandit.experiments.cells import Annotate, seed_cells
+from hierbandit.experiments.ebm import (
+    HYPER_UPDATE_EVERY,
+    POLICY_NAMES,
+    make_policies,
+    write_regret_groups,
+    write_results,
+)
+from hierbandit.experiments.registry import SCALES, SEED, Cell, Param, define_experiment
 from hierbandit.experiments.simulate import simulate
 
-__all__ = ["REAL_EXPERIMENTS", "SCALES", "run_real", "write_real"]
+__all__ = ["EXPERIMENT", "REAL_EXPERIMENTS", "run_real", "write_real"]
 
 #: name → (paper panel it stands in for, horizon at paper scale)
 REAL_EXPERIMENTS: dict[str, tuple[str, int]] = {
@@ -30,8 +41,6 @@ REAL_EXPERIMENTS: dict[str, tuple[str, int]] = {
     "movielens": ("Figure 4(c) MovieLens 10M", 5000),
     "digits": ("Figure 4(d) Letter Recognition", 10000),
 }
-#: scale → (seeds, horizon divisor)
-SCALES = {"small": (10, 5), "paper": (100, 1)}
 
 
 def run_real(
@@ -41,11 +50,10 @@ def run_real(
     n_seeds: int | None = None,
     horizon: int | None = None,
     seed: int = 0,
-    policies: Sequence[str] = POLICY_NAMES,
-    progress: bool = False,
+    policies: Sequence[str] | None = None,
     task_kwargs: dict[str, Any] | None = None,
     first_seed: int = 0,
-    hyper_update_every: int = 1,
+    hyper_update_every: int | None = None,
 ) -> xr.Dataset:
     """Simulate the ebm paper's policies on one real-data experiment.
 
@@ -54,21 +62,20 @@ def run_real(
     name : str
         ``"movielens"``, ``"digits"`` or ``"linnerud"``.
     scale : {"small", "paper"}
-        Default seeds and horizon: ``"paper"`` is 100 seeds over the horizon of
-        :data:`REAL_EXPERIMENTS`, ``"small"`` 10 seeds over a fifth of it.
+        Whose shipped values (``configs/ebm-real.toml``) fill the arguments left ``None``:
+        the seeds, the policies, the re-estimation period, and the horizon, the paper's
+        horizon of :data:`REAL_EXPERIMENTS` divided by the scale's ``horizon_divisor``.
     n_seeds, horizon : int, optional
-        Override the scale's defaults.
+        Override the scale's values.
     seed : int
         Base seed of the simulation (seeds of the runs are its children).
-    policies : sequence of str
+    policies : sequence of str, optional
         Names understood by :func:`hierbandit.experiments.ebm.make_policies`.
-    progress : bool
-        Show a progress bar.
     task_kwargs : dict, optional
         Arguments of the task builder (e.g. ``heterogeneity_scale``).
     first_seed : int
         First replication of the window run (see :func:`~hierbandit.experiments.simulate`).
-    hyper_update_every : int
+    hyper_update_every : int, optional
         EbmTS/EbmUCB re-estimate (Σ̂, σ̂²) every this many pulls of an arm (1: every pull, as in
         the paper).
 
@@ -80,13 +87,19 @@ def run_real(
     """
     if name not in REAL_TASKS:
         raise ValueError(f"name must be one of {sorted(REAL_TASKS)}, got {name!r}")
-    check_choice(scale, tuple(SCALES), "scale")
-    default_seeds, divisor = SCALES[scale]
-    n_seeds = default_seeds if n_seeds is None else check_positive_int(n_seeds, "n_seeds")
+    check_choice(scale, SCALES, "scale")
+    given = EXPERIMENT.fill(
+        scale,
+        seeds=n_seeds,
+        horizon_divisor=None,
+        policies=policies,
+        hyper_update_every=hyper_update_every,
+    )
+    n_seeds = check_positive_int(given["seeds"], "n_seeds")
     if horizon is None:
-        horizon = REAL_EXPERIMENTS[name][1] // divisor
+        horizon = REAL_EXPERIMENTS[name][1] // given["horizon_divisor"]
     horizon = check_positive_int(horizon, "horizon")
-    hyper_update_every = check_positive_int(hyper_update_every, "hyper_update_every")
+    hyper_update_every = check_positive_int(given["hyper_update_every"], "hyper_update_every")
     tasks = make_real_tasks(name, **(task_kwargs or {}))
     env = tasks.env(rng=seed)
     ds = simulate(
@@ -94,14 +107,13 @@ def run_real(
             env.n_instances,
             env.n_arms,
             env.n_features,
-            policies,
+            given["policies"],
             hyper_update_every=hyper_update_every,
         ),
         env,
         horizon,
         n_seeds,
         seed=seed,
-        progress=progress,
         first_seed=first_seed,
     )
     ds.attrs["setting"] = name
@@ -117,3 +129,52 @@ def run_real(
 def write_real(ds: xr.Dataset, out_dir: str | Path) -> dict[str, Path]:
     """Write the netCDF results, the regret plot and the table of one real-data experiment."""
     return write_results(ds, out_dir, f"real-{ds.attrs['setting']}")
+
+
+# ---------------------------------------------------------------------- the named experiment
+def _cells(p: Mapping[str, Any]) -> list[Cell]:
+    return seed_cells(p, [(d, {"dataset": d}) for d in p["datasets"]])
+
+
+def _run_cell(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Any) -> xr.Dataset:
+    name = spec["dataset"]
+    return run_real(
+        name,
+        n_seeds=spec["n_seeds"],
+        horizon=REAL_EXPERIMENTS[name][1] // p["horizon_divisor"],
+        seed=p["seed"],
+        policies=p["policies"],
+        first_seed=spec["first_seed"],
+        hyper_update_every=p["hyper_update_every"],
+    )
+
+
+def _write(
+    p: Mapping[str, Any], results: Mapping[str, xr.Dataset], out: Path, annotate: Annotate
+) -> tuple[dict[str, Path], list[str]]:
+    def write_one(name: str, ds: xr.Dataset) -> dict[str, Path]:
+        ds.attrs["scale"] = f"horizon / {p['horizon_divisor']}"
+        return write_real(ds, out)
+
+    return write_regret_groups(results, annotate, write_one)
+
+
+#: ``ebm-real``: Figure 4 on shipped data, one cell per data set and window of seeds
+EXPERIMENT = define_experiment(
+    "ebm-real",
+    params=(
+        Param("datasets", "str", "Real-data tasks.", many=True, choices=tuple(REAL_EXPERIMENTS)),
+        Param(
+            "horizon_divisor",
+            "int",
+            "Horizon = the paper's horizon of each data set divided by this.",
+            minimum=1,
+        ),
+        Param("policies", "str", "Policies compared.", many=True, choices=POLICY_NAMES),
+        HYPER_UPDATE_EVERY,
+        SEED,
+    ),
+    cells=_cells,
+    run_cell=_run_cell,
+    write=_write,
+)

@@ -10,6 +10,7 @@ functions of their arguments, so the results do not depend on the executor.
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
@@ -48,18 +49,37 @@ class InProcessExecutor:
         pass
 
 
+def _numba_cache_of_this_process() -> str | None:
+    """numba's cache folder if this process set one (the command does), else ``None``."""
+    numba = sys.modules.get("numba")
+    folder = getattr(getattr(numba, "config", None), "CACHE_DIR", None)
+    return str(folder) if folder else None
+
+
+def _use_numba_cache(folder: str | None) -> None:
+    """Worker initialiser: the parent's numba cache folder, before any kernel is imported."""
+    if folder is not None:
+        import numba
+
+        numba.config.CACHE_DIR = folder
+
+
 class ProcessPoolCellExecutor:
     """A local pool of ``workers`` processes (started with ``spawn``: no state leaks in).
 
-    On an error the runner cancels the calls not yet started; the cells that finished before it
-    are already saved.
+    The workers keep compiled kernels where this process does (numba's cache folder, which the
+    command sets when it starts). On an error the runner cancels the calls not yet started; the
+    cells that finished before it are already saved.
     """
 
     def __init__(self, workers: int) -> None:
         self.workers = check_positive_int(workers, "workers")
         self.description = f"process pool ({self.workers} workers)"
         self._pool = ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=multiprocessing.get_context("spawn")
+            max_workers=self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_use_numba_cache,
+            initargs=(_numba_cache_of_this_process(),),
         )
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:

@@ -27,10 +27,11 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import hashlib
+import logging
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,10 @@ import pandas as pd
 from hierbandit._io import to_jsonable, write_json
 from hierbandit._validation import check_positive_int
 from hierbandit._version import __version__
+from hierbandit.experiments.progress import progress_task
 
 __all__ = [
+    "DEFAULTS",
     "MODEL_METHODS",
     "build_models",
     "data_provenance",
@@ -55,6 +58,16 @@ __all__ = [
 MODEL_METHODS = ("eb", "ml", "mcmc")
 #: Folder name prefix of the default priors.
 MODEL_PREFIX = "movielens"
+#: The settings of :func:`build_models` (and of ``hierbandit build-models``) when not given.
+DEFAULTS: dict[str, int] = {
+    "n_users": 30,
+    "draws": 1000,
+    "tune": 1000,
+    "chains": 2,
+    "random_seed": 0,
+}
+
+_log = logging.getLogger(__name__)
 
 _DROPPED_BETA_NOTE = (
     "beta (arm, instance, feature), the exact conditional draws of the historical users' "
@@ -263,15 +276,13 @@ def _without_instance_draws(prior: Any) -> tuple[Any, dict[str, Any]]:
 def build_models(
     out_dir: str | os.PathLike[str] = "models",
     *,
-    n_users: int = 30,
-    draws: int = 1000,
-    tune: int = 1000,
-    chains: int = 2,
-    random_seed: int = 0,
+    n_users: int = DEFAULTS["n_users"],
+    draws: int = DEFAULTS["draws"],
+    tune: int = DEFAULTS["tune"],
+    chains: int = DEFAULTS["chains"],
+    random_seed: int = DEFAULTS["random_seed"],
     methods: Sequence[str] = MODEL_METHODS,
     keep_instance_draws: bool = False,
-    progress: bool = False,
-    log_step: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Fit the default MovieLens priors and write ``<out_dir>/movielens-<method>/``.
 
@@ -290,10 +301,6 @@ def build_models(
     keep_instance_draws
         Store the MCMC posterior's ``beta`` (per-user coefficient) draws too; by default only
         the hyperparameter draws are stored (see the module docstring).
-    progress
-        Show a rich status line per fit.
-    log_step
-        Called with one line per finished model (for the CLI).
 
     Returns
     -------
@@ -304,6 +311,11 @@ def build_models(
     ------
     ValueError
         On an unknown method or invalid settings, before anything is fitted.
+
+    Notes
+    -----
+    Each fit is reported while it runs (:mod:`hierbandit.experiments.progress`), and each
+    written model as an ``INFO`` line.
     """
     from hierbandit.bayes import diagnose, fit_prior
     from hierbandit.data import movielens_log, read_log
@@ -319,25 +331,18 @@ def build_models(
     random_seed = check_positive_int(random_seed, "random_seed", minimum=0)
     out = Path(out_dir)
 
-    console = None
-    if progress:
-        from rich.console import Console
-
-        console = Console()
-
     df = movielens_log(n_users=n_users)
     log = read_log(df)
     prov = data_provenance(df, log)
     options = [f"--out {out}"]
-    if n_users != 30:
-        options.append(f"--users {n_users}")
-    for flag, value, default in (
-        ("--draws", draws, 1000),
-        ("--tune", tune, 1000),
-        ("--chains", chains, 2),
-        ("--seed", random_seed, 0),
+    for flag, key, value in (
+        ("--users", "n_users", n_users),
+        ("--draws", "draws", draws),
+        ("--tune", "tune", tune),
+        ("--chains", "chains", chains),
+        ("--seed", "random_seed", random_seed),
     ):
-        if value != default:
+        if value != DEFAULTS[key]:
             options.append(f"{flag} {value}")
     command = "hierbandit build-models " + " ".join(options)
 
@@ -349,10 +354,7 @@ def build_models(
             kwargs.update(draws=draws, tune=tune, chains=chains, nuts_sampler="numpyro")
         label = f"fitting {name} ({log.n_rows:,} rows)"
         start = time.perf_counter()
-        if console is not None:
-            with console.status(label + " …"):
-                prior = fit_prior(log, **kwargs)
-        else:
+        with progress_task(label):
             prior = fit_prior(log, **kwargs)
         seconds = time.perf_counter() - start
         diag = None
@@ -396,8 +398,5 @@ def build_models(
                 f"; max R-hat {diag.max_rhat:.3f}, min bulk ESS {diag.min_ess_bulk:.0f}, "
                 f"{diag.divergences} divergences"
             )
-        if console is not None:
-            console.print(f"[green]✓[/green] {line}", soft_wrap=True)
-        if log_step is not None:
-            log_step(line)
+        _log.info("✓ %s", line)
     return results

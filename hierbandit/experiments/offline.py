@@ -21,11 +21,18 @@ Table 3); ``logging="linucb"`` gives the Figure 7 variant.
 Eq. (1) without the λ̃_a factor): with the spec's reading λ̃_a = λ_a = 1/d, Off-CLUB keeps
 cross-cluster edges at 100 samples per user and cannot reach the near-zero SubOpt of Table 3 (see
 ``docs/offline.md``). Pass ``lambda_tilde_a="lambda_a"`` for the spec's reading.
+
+:data:`EXPERIMENT` is the named experiment ``offline`` (``hierbandit experiment run offline``);
+every default of the reproduction (λ̃_a, the sizes, the users, the γ̂ grid, …) lives in
+``configs/offline.toml``, and the functions below read it for the arguments they are not given.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +43,10 @@ import xarray as xr
 
 from hierbandit._io import atomic_write, write_dataset, write_json
 from hierbandit._validation import check_choice, check_positive_int
+from hierbandit.experiments.cells import Annotate, concat_cells
+from hierbandit.experiments.progress import progress_task
+from hierbandit.experiments.registry import SCALES, SEED, Cell, Param, define_experiment
+from hierbandit.experiments.report import frame_table, markdown_table, write_text
 from hierbandit.offline import (
     ARMUL,
     CLUBOffline,
@@ -56,15 +67,21 @@ from hierbandit.offline.base import OfflineModel
 
 __all__ = [
     "ALGORITHMS",
+    "ENV_PARAMS",
+    "EXPERIMENT",
+    "PAPER_SETTINGS",
     "REPRODUCE_LAMBDA_TILDE_A",
-    "SCALES",
     "STREAM_ALGORITHMS",
     "acceptance",
     "make_models",
+    "parse_lambda_tilde",
     "run_offline",
-    "run_reproduction",
+    "subopt_table",
+    "tuned_on",
     "write_offline_results",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: Table 3's algorithms, in its order
 ALGORITHMS = (
@@ -81,66 +98,46 @@ ALGORITHMS = (
 )
 #: the spec's ``mode="stream"`` adaptations of CLUB and SCLUB (not in the paper's tables)
 STREAM_ALGORITHMS = ("CLUB_stream", "SCLUB_stream")
-#: the λ̃_a of the reproduction (see the module docstring)
-REPRODUCE_LAMBDA_TILDE_A = 1.0
+#: the parameters of ``configs/offline.toml`` that describe the environment and the data
+ENV_PARAMS = ("n_users", "n_features", "n_clusters", "n_candidates", "n_test", "grid_points")
+#: the paper's settings of the algorithms (App. E.1): α, λ and δ
+PAPER_SETTINGS = {"alpha": 0.1, "lam": 0.5, "delta": 0.01}
+#: the noise standard deviation σ of the generated rewards (the data generator's)
+_NOISE_SD = inspect.signature(make_problem).parameters["noise_sd"].default
 
-SCALES: dict[str, dict[str, Any]] = {
-    "small": {
-        "n_users": 1000,
-        "n_features": 20,
-        "n_clusters": 10,
-        "n_candidates": 20,
-        "n_seeds": 2,
-        "n_test": 5000,
-        "sufficient_sizes": (200_000, 400_000, 600_000, 800_000, 1_000_000),
-        "insufficient_sizes": (10_000, 20_000, 30_000, 50_000, 100_000),
-        "sweep_sizes": (30_000,),
-        "grid_points": 17,
-    },
-    "paper": {
-        "n_users": 1000,
-        "n_features": 20,
-        "n_clusters": 10,
-        "n_candidates": 20,
-        "n_seeds": 10,
-        "n_test": None,
-        "sufficient_sizes": (200_000, 400_000, 600_000, 800_000, 1_000_000),
-        "insufficient_sizes": (
-            5_000,
-            10_000,
-            20_000,
-            30_000,
-            35_000,
-            40_000,
-            50_000,
-            60_000,
-            70_000,
-            80_000,
-            90_000,
-            100_000,
-        ),
-        "sweep_sizes": (30_000, 35_000, 40_000),
-        "grid_points": 41,
-    },
-}
 
-_OFF_KW = ("alpha", "lam", "delta", "lambda_tilde_a")
+def parse_lambda_tilde(value: str | float) -> float | str:
+    """λ̃_a from its configuration text: ``"lambda_a"``, ``"theory"`` or a positive number."""
+    if value in ("lambda_a", "theory"):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not number > 0 or number == float("inf"):
+        raise ValueError(
+            f"params.lambda_tilde_a must be 'lambda_a', 'theory' or a positive number, got {value!r}"
+        )
+    return number
 
 
 def make_models(
     rng: Any = None,
     *,
     names: Sequence[str] = tuple(a for a in ALGORITHMS if a != "Off-C2LUB"),
-    alpha: float = 0.1,
-    lam: float = 0.5,
-    delta: float = 0.01,
-    lambda_tilde_a: float | str = REPRODUCE_LAMBDA_TILDE_A,
+    alpha: float = PAPER_SETTINGS["alpha"],
+    lam: float = PAPER_SETTINGS["lam"],
+    delta: float = PAPER_SETTINGS["delta"],
+    lambda_tilde_a: float | str | None = None,
 ) -> dict[str, OfflineModel]:
     """Fresh models with the paper's settings (App. E.1), one child random stream each.
 
-    ``"Off-C2LUB"`` (the oracle sweep) is built by :func:`run_offline`, not here; asking for it
-    returns ``OffC2LUB(gamma_hat=0)``, the base the sweep starts from.
+    ``lambda_tilde_a`` defaults to :data:`REPRODUCE_LAMBDA_TILDE_A`. ``"Off-C2LUB"`` (the oracle
+    sweep) is built by :func:`run_offline`, not here; asking for it returns
+    ``OffC2LUB(gamma_hat=0)``, the base the sweep starts from.
     """
+    if lambda_tilde_a is None:
+        lambda_tilde_a = REPRODUCE_LAMBDA_TILDE_A
     common = {"lam": lam, "delta": delta}
     off = {"alpha": alpha, "lambda_tilde_a": lambda_tilde_a, **common}
     factories: dict[str, Callable[[Any], OfflineModel]] = {
@@ -195,16 +192,15 @@ def run_offline(
     sizes: Sequence[int],
     *,
     distribution: str = "equal",
-    dataset: str = "synthetic",
+    dataset: str | None = None,
     scale: str = "small",
     n_seeds: int | None = None,
     seed: int = 0,
-    logging: str = "random",
-    algorithms: Sequence[str] = ALGORITHMS,
-    lambda_tilde_a: float | str = REPRODUCE_LAMBDA_TILDE_A,
+    logging: str | None = None,
+    algorithms: Sequence[str] | None = None,
+    lambda_tilde_a: float | str | None = None,
     grids: dict[int, np.ndarray] | None = None,
     oracle_index: dict[int, int] | None = None,
-    progress: bool = False,
     **overrides: Any,
 ) -> xr.Dataset:
     """SubOpt of every algorithm at every dataset size and seed, plus Off-C²LUB's γ̂ sweep.
@@ -214,17 +210,18 @@ def run_offline(
     sizes : sequence of int
         Dataset sizes |D| (half trains, half tests).
     distribution : {"equal", "semi-random", "random"}
-    dataset : {"synthetic", "movielens"}
+    dataset : {"synthetic", "movielens"}, optional
     scale : {"small", "paper"}
-        Base configuration (:data:`SCALES`); keyword ``overrides`` replace entries.
+        Whose shipped values (``configs/offline.toml``) fill the arguments left ``None`` and the
+        environment's sizes (:data:`ENV_PARAMS`); keyword ``overrides`` replace the latter.
     n_seeds, seed : int
-        Number of seeds (default from the scale) and base seed. Seed k uses child k of
+        Number of seeds (default: the scale's) and base seed. Seed k uses child k of
         ``SeedSequence(seed)`` for the users, data and algorithms alike, so every algorithm sees
         the same data (common random numbers) and the users are the same at every size.
-    logging : {"random", "linucb"}
-    algorithms : sequence of str
+    logging : {"random", "linucb"}, optional
+    algorithms : sequence of str, optional
         Subset of :data:`ALGORITHMS` and :data:`STREAM_ALGORITHMS`.
-    lambda_tilde_a : float or str
+    lambda_tilde_a : float or str, optional
         λ̃_a of Off-CLUB and Off-C²LUB (default :data:`REPRODUCE_LAMBDA_TILDE_A`).
     grids, oracle_index : dict, optional
         γ̂ grid per size and the index of the oracle γ̂ per size (from an earlier run on the equal
@@ -238,12 +235,26 @@ def run_offline(
         ``gamma`` (size, gamma_index); ``oracle_gamma`` (size); ``fit_seconds``
         (algorithm, size, seed); attrs: the full configuration.
     """
-    check_choice(scale, tuple(SCALES), "scale")
+    check_choice(scale, SCALES, "scale")
+    unknown = sorted(set(overrides) - set(ENV_PARAMS))
+    if unknown:
+        raise TypeError(f"run_offline got unknown settings {unknown}; choose from {ENV_PARAMS}")
+    shipped = EXPERIMENT.fill(
+        scale,
+        dataset=dataset,
+        seeds=n_seeds,
+        logging=logging,
+        algorithms=None if algorithms is None else list(algorithms),
+    )
+    dataset, logging = shipped["dataset"], shipped["logging"]
+    if lambda_tilde_a is None:
+        lambda_tilde_a = REPRODUCE_LAMBDA_TILDE_A
     check_choice(dataset, ("synthetic", "movielens"), "dataset")
-    cfg = {**SCALES[scale], **overrides}
-    n_seeds = check_positive_int(cfg["n_seeds"] if n_seeds is None else n_seeds, "n_seeds")
+    base = {k: EXPERIMENT.defaults[scale][k] for k in ENV_PARAMS}
+    cfg = {**base, **overrides}
+    n_seeds = check_positive_int(shipped["seeds"], "n_seeds")
     sizes = [check_positive_int(s, "sizes", minimum=4) for s in sizes]
-    algorithms = list(algorithms)
+    algorithms = list(shipped["algorithms"])
     known = (*ALGORITHMS, *STREAM_ALGORITHMS)
     unknown = [a for a in algorithms if a not in known]
     if unknown:
@@ -263,58 +274,64 @@ def run_offline(
     # each size as its own cell)
     streams = [sq.spawn(3) for sq in seeds]
     env_cache: dict[int, tuple] = {}
-    import time
-
-    for i, size in enumerate(sizes):
-        for k in range(n_seeds):
-            env_seq, data_seq, algo_seq = streams[k]
-            if k not in env_cache:
-                env_cache[k] = _environment(dataset, cfg, distribution, env_seq)
-            theta, labels, probs = env_cache[k]
-            train, test = make_problem(
-                theta,
-                labels,
-                size,
-                user_probs=probs,
-                n_test=cfg["n_test"],
-                logging=logging,
-                n_candidates=cfg["n_candidates"],
-                rng=data_seq,
-            )
-            models = make_models(
-                algo_seq,
-                names=algorithms,
-                lambda_tilde_a=lambda_tilde_a,
-            )
-            for a, name in enumerate(algorithms):
-                t0 = time.perf_counter()
-                models[name].fit(train)
-                fit_s[a, i, k] = time.perf_counter() - t0
-            scored: dict[str, OfflineModel] = {n: m for n, m in models.items() if n != "Off-C2LUB"}
-            if want_oracle:
-                base = models["Off-C2LUB"]
-                if size not in grids:
-                    grids[size] = _pad(gamma_grid(base, G), G)
-                gam[i] = grids[size]
-                for g, value in enumerate(grids[size]):
-                    scored[f"__gamma{g}"] = base.with_gamma(float(value))
-            res = evaluate(scored, test)
-            for a, name in enumerate(algorithms):
-                if name in scored:
-                    sub[a, i, k] = float(res["subopt"].sel(algorithm=name))
-                    se[a, i, k] = float(res["subopt_se"].sel(algorithm=name))
-            if want_oracle:
-                for g in range(G):
-                    sweep[i, g, k] = float(res["subopt"].sel(algorithm=f"__gamma{g}"))
-            if progress:
-                print(
-                    f"[offline] {dataset}/{distribution} |D|={size} seed {k}: "
-                    + ", ".join(
-                        f"{n}={sub[a, i, k]:.4g}" for a, n in enumerate(algorithms)
+    # progress over (size × seed), reported as log records (hierbandit.experiments.progress)
+    with progress_task(f"offline {dataset}/{distribution}", total=S * n_seeds) as task:
+        for i, size in enumerate(sizes):
+            for k in range(n_seeds):
+                env_seq, data_seq, algo_seq = streams[k]
+                if k not in env_cache:
+                    env_cache[k] = _environment(dataset, cfg, distribution, env_seq)
+                theta, labels, probs = env_cache[k]
+                train, test = make_problem(
+                    theta,
+                    labels,
+                    size,
+                    user_probs=probs,
+                    n_test=cfg["n_test"],
+                    logging=logging,
+                    n_candidates=cfg["n_candidates"],
+                    rng=data_seq,
+                )
+                models = make_models(
+                    algo_seq,
+                    names=algorithms,
+                    lambda_tilde_a=lambda_tilde_a,
+                )
+                for a, name in enumerate(algorithms):
+                    t0 = time.perf_counter()
+                    models[name].fit(train)
+                    fit_s[a, i, k] = time.perf_counter() - t0
+                scored: dict[str, OfflineModel] = {
+                    n: m for n, m in models.items() if n != "Off-C2LUB"
+                }
+                if want_oracle:
+                    base_model = models["Off-C2LUB"]
+                    if size not in grids:
+                        grids[size] = _pad(gamma_grid(base_model, G), G)
+                    gam[i] = grids[size]
+                    for g, value in enumerate(grids[size]):
+                        scored[f"__gamma{g}"] = base_model.with_gamma(float(value))
+                res = evaluate(scored, test)
+                for a, name in enumerate(algorithms):
+                    if name in scored:
+                        sub[a, i, k] = float(res["subopt"].sel(algorithm=name))
+                        se[a, i, k] = float(res["subopt_se"].sel(algorithm=name))
+                if want_oracle:
+                    for g in range(G):
+                        sweep[i, g, k] = float(res["subopt"].sel(algorithm=f"__gamma{g}"))
+                _log.debug(
+                    "%s/%s |D|=%d seed %d: %s",
+                    dataset,
+                    distribution,
+                    size,
+                    k,
+                    ", ".join(
+                        f"{n}={sub[a, i, k]:.4g}"
+                        for a, n in enumerate(algorithms)
                         if np.isfinite(sub[a, i, k])
                     ),
-                    flush=True,
-                )  # fmt: skip
+                )
+                task.advance()
     oracle_gamma = np.full(S, np.nan)
     oracle_idx = np.zeros(S, dtype=np.int64)
     if want_oracle:
@@ -333,15 +350,13 @@ def run_offline(
         "distribution": distribution,
         "logging": logging,
         # the named scale only when its values were used unchanged ("config" has every value)
-        "scale": scale if all(cfg[k] == SCALES[scale].get(k) for k in overrides) else "custom",
+        "scale": scale if all(cfg[k] == base[k] for k in overrides) else "custom",
         "seed": seed,
         "n_seeds": n_seeds,
         "lambda_tilde_a": lambda_tilde_a,
-        "alpha": 0.1,
-        "lam": 0.5,
-        "delta": 0.01,
-        "noise_sd": 0.05,
-        "config": json.dumps({k: v for k, v in cfg.items()}, default=list),
+        **PAPER_SETTINGS,
+        "noise_sd": _NOISE_SD,
+        "config": json.dumps(cfg, default=list),
     }
     return xr.Dataset(
         {
@@ -498,33 +513,25 @@ def paired_markdown(summary: Mapping[str, Any]) -> str:
         if not paired:
             continue
         sizes = list(next(iter(paired.values())))
-        head = "| paired difference | " + " | ".join(_size_label(int(s)) for s in sizes) + " |"
-        lines = [f"**{rname}** (mean ± s.e. over seeds; verdict at 2 s.e.; seeds where the "
-                 "proposed method is lower)", "", head,
-                 "|---" * (len(sizes) + 1) + "|"]  # fmt: skip
-        for name, by_size in paired.items():
-            cells = [
+        header = ["paired difference", *(_size_label(int(s)) for s in sizes)]
+        rows = [
+            [name]
+            + [
                 f"{float(c['mean']):+.3g} ± {float(c['se']):.2g} ({c['verdict']}; "
                 f"{c['seeds_lower']}/{c['n_seeds']} seeds lower)"
                 for c in (by_size[s] for s in sizes)
             ]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        blocks.append("\n".join(lines) + "\n")
+            for name, by_size in paired.items()
+        ]
+        intro = (f"**{rname}** (mean ± s.e. over seeds; verdict at 2 s.e.; seeds where the "
+                 "proposed method is lower)")  # fmt: skip
+        blocks.append(f"{intro}\n\n{markdown_table(header, rows)}\n")
     return "\n".join(blocks)
 
 
 # ---------------------------------------------------------------------- writing
-def _write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
 def _markdown(df: pd.DataFrame, fmt: str = "{:.6f}") -> str:
-    cols = [str(c) for c in df.columns]
-    lines = ["| algorithm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for idx, row in df.iterrows():
-        cells = [fmt.format(v) if isinstance(v, float) else str(v) for v in row.to_numpy()]
-        lines.append(f"| {idx} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return frame_table(df, index_header="algorithm", float_format=fmt) + "\n"
 
 
 def _size_label(size: int) -> str:
@@ -556,9 +563,6 @@ def write_offline_results(
     ``sufficient`` Dataset is the equal distribution). ``paired.md`` holds the paired
     comparisons of :func:`acceptance`.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = Path(out)
@@ -571,7 +575,7 @@ def write_offline_results(
             paths[f"sufficient_{dist}"] = write_dataset(ds, out / f"sufficient_{dist}.nc")
         table, md = _distribution_tables(sufficient)
         paths["table3_csv"] = atomic_write(out / "table3.csv", lambda t: table.to_csv(t))
-        _write_text(out / "table3.md", md)
+        write_text(out / "table3.md", md)
         paths["table3_md"] = out / "table3.md"
     if insufficient:
         fig, axes = plt.subplots(
@@ -599,13 +603,13 @@ def write_offline_results(
         plt.close(fig)
         fig2, md = _distribution_tables(insufficient)
         paths["figure2_csv"] = atomic_write(out / "figure2.csv", lambda t: fig2.to_csv(t))
-        _write_text(out / "figure2.md", md)
+        write_text(out / "figure2.md", md)
         equal = insufficient.get("equal")
         if equal is not None and sweep_sizes:
             paths["sweep"] = _plot_sweep(equal, sweep_sizes, out / "gamma_sweep.png", plt)
     summary = acceptance(sufficient, insufficient, sweep_sizes)
     paths["summary"] = write_json(out / "summary.json", summary)
-    _write_text(out / "paired.md", paired_markdown(summary))
+    write_text(out / "paired.md", paired_markdown(summary))
     paths["paired_md"] = out / "paired.md"
     return paths
 
@@ -651,51 +655,113 @@ def tuned_on(equal: xr.Dataset) -> dict[str, Any]:
     }
 
 
-def run_reproduction(
-    out: str | Path,
-    *,
-    scale: str = "small",
-    n_seeds: int | None = None,
-    seed: int = 0,
-    dataset: str = "synthetic",
-    logging: str = "random",
-    parts: Sequence[str] = ("sufficient", "insufficient"),
-    lambda_tilde_a: float | str = REPRODUCE_LAMBDA_TILDE_A,
-    progress: bool = False,
-    **overrides: Any,
-) -> dict[str, Any]:
-    """Run the sufficient-data table and/or the insufficient-data comparison (with the γ̂
-    sweep), write everything to ``out`` and return the paths and the acceptance summary."""
-    check_choice(scale, tuple(SCALES), "scale")
-    for p in parts:
-        check_choice(p, ("sufficient", "insufficient"), "parts")
-    cfg = {**SCALES[scale], **overrides}
-    common = {
-        "dataset": dataset,
-        "scale": scale,
-        "n_seeds": n_seeds,
-        "seed": seed,
-        "logging": logging,
-        "lambda_tilde_a": lambda_tilde_a,
-        "progress": progress,
-        **overrides,
-    }
+# ---------------------------------------------------------------------- the named experiment
+def _sizes(p: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+    """Sizes of the sufficient-data table and of the insufficient-data comparison (with the
+    sweep sizes), each empty when its part is not run."""
+    suff = sorted(p["sufficient_sizes"]) if "sufficient" in p["parts"] else []
+    insuff = (
+        sorted(set(p["insufficient_sizes"]) | set(p["sweep_sizes"]))
+        if "insufficient" in p["parts"]
+        else []
+    )
+    return suff, insuff
 
-    def both_distributions(sizes: Sequence[int]) -> dict[str, xr.Dataset]:
-        # Off-C2LUB's γ̂ is tuned on the equal distribution and reused for the semi-random one
-        eq = run_offline(sizes, distribution="equal", **common)
-        semi = run_offline(sizes, distribution="semi-random", **tuned_on(eq), **common)
-        return {"equal": eq, "semi-random": semi}
 
-    sufficient: dict[str, xr.Dataset] = {}
-    insufficient: dict[str, xr.Dataset] = {}
-    if "sufficient" in parts:
-        sufficient = both_distributions(cfg["sufficient_sizes"])
-    if "insufficient" in parts:
-        insufficient = both_distributions(
-            sorted(set(cfg["insufficient_sizes"]) | set(cfg["sweep_sizes"]))
+def _key(dist: str, size: int, p: Mapping[str, Any]) -> str:
+    return f"{dist}_size-{size}_seeds-{p['seeds']}"
+
+
+def _cells(p: Mapping[str, Any]) -> list[Cell]:
+    parse_lambda_tilde(p["lambda_tilde_a"])
+    suff, insuff = _sizes(p)
+    grid = sorted(set(suff) | set(insuff))
+    out = [Cell(_key("equal", s, p), {"distribution": "equal", "size": s}) for s in grid]
+    # Off-C2LUB's γ̂ is tuned on the equal distribution and reused for the semi-random one
+    out += [
+        Cell(
+            _key("semi-random", s, p),
+            {"distribution": "semi-random", "size": s},
+            depends=(_key("equal", s, p),),
         )
-    paths = write_offline_results(out, sufficient, insufficient, cfg["sweep_sizes"])
-    summary = json.loads(Path(paths["summary"]).read_text())
-    return {"paths": paths, "summary": summary, "sufficient": sufficient,
-            "insufficient": insufficient}  # fmt: skip
+        for s in grid
+    ]
+    return out
+
+
+def _run_cell(
+    p: Mapping[str, Any], spec: Mapping[str, Any], deps: Mapping[str, xr.Dataset]
+) -> xr.Dataset:
+    tuned = {}
+    if deps:
+        (eq,) = deps.values()
+        tuned = tuned_on(eq)
+    return run_offline(
+        [spec["size"]],
+        distribution=spec["distribution"],
+        dataset=p["dataset"],
+        n_seeds=p["seeds"],
+        seed=p["seed"],
+        logging=p["logging"],
+        algorithms=p["algorithms"],
+        lambda_tilde_a=parse_lambda_tilde(p["lambda_tilde_a"]),
+        **tuned,
+        **{k: p[k] for k in ENV_PARAMS},
+    )
+
+
+def _write(
+    p: Mapping[str, Any], results: Mapping[str, xr.Dataset], out: Path, annotate: Annotate
+) -> tuple[dict[str, Path], list[str]]:
+    suff, insuff = _sizes(p)
+
+    def stack(grid: list[int]) -> dict[str, xr.Dataset] | None:
+        if not grid:
+            return None
+        return {
+            dist: annotate(concat_cells([results[_key(dist, s, p)] for s in grid], "size"))
+            for dist in ("equal", "semi-random")
+        }
+
+    runs = {"Sufficient data": stack(suff), "Insufficient data": stack(insuff)}
+    files = write_offline_results(
+        out, runs["Sufficient data"], runs["Insufficient data"], p["sweep_sizes"]
+    )
+    lines = []
+    for title, by_dist in runs.items():
+        for dist, ds in (by_dist or {}).items():
+            lines += [f"### {title} ({dist}): SubOpt by dataset size", ""]
+            lines += [_markdown(subopt_table(ds), "{:.4g}"), ""]
+    lines += ["### Paired differences", "", Path(files["paired_md"]).read_text(), ""]
+    return files, lines
+
+
+#: ``offline``: Table 3 and Figure 2, one cell per user distribution and dataset size
+EXPERIMENT = define_experiment(
+    "offline",
+    params=(
+        Param("parts", "str", "Table 3 and/or Figure 2.", many=True, choices=("sufficient", "insufficient")),
+        Param("dataset", "str", "Synthetic users or MovieLens.", choices=("synthetic", "movielens")),
+        Param("logging", "str", "Logging policy of the data.", choices=("random", "linucb")),
+        Param("algorithms", "str", "Algorithms compared.", many=True, choices=(*ALGORITHMS, *STREAM_ALGORITHMS)),
+        Param("lambda_tilde_a", "str", "λ̃_a: a positive number, 'lambda_a' or 'theory'."),
+        Param("sufficient_sizes", "int", "Dataset sizes of Table 3.", many=True, minimum=4),
+        Param("insufficient_sizes", "int", "Dataset sizes of Figure 2.", many=True, minimum=4),
+        Param("sweep_sizes", "int", "Sizes of the γ̂ sweep plots.", many=True, minimum=4),
+        Param("n_users", "int", "Users.", minimum=2),
+        Param("n_features", "int", "Feature dimension d.", minimum=1),
+        Param("n_clusters", "int", "Clusters J.", minimum=1),
+        Param("n_candidates", "int", "Actions per decision.", minimum=2),
+        Param("n_test", "int", "Test decisions (none: as many as training rows).", minimum=1, optional=True),
+        Param("grid_points", "int", "Points of the γ̂ grid.", minimum=2),
+        SEED,
+    ),
+    cells=_cells,
+    run_cell=_run_cell,
+    write=_write,
+    timing_vars=("fit_seconds",),
+)  # fmt: skip
+
+#: the λ̃_a of the reproduction (see the module docstring): ``lambda_tilde_a`` of
+#: ``configs/offline.toml``
+REPRODUCE_LAMBDA_TILDE_A = parse_lambda_tilde(EXPERIMENT.defaults["small"]["lambda_tilde_a"])

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -49,11 +50,14 @@ from hierbandit._validation import check_positive_int
 from hierbandit._version import __version__
 from hierbandit.ebm.prior_env import PriorDrawnEnv, env_from_prior
 from hierbandit.experiments.models_build import data_provenance, package_versions
+from hierbandit.experiments.progress import progress_task
+from hierbandit.experiments.report import frame_table, markdown_table, write_text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "DEFAULTS",
     "PriorDrawnEnv",
     "env_from_prior",
     "hyperparameter_table",
@@ -70,6 +74,21 @@ STEP_TITLES = {
     "closed_form": "Sampling vs closed form",
     "simulate": "Simulation: EbmTS warm-started from the prior against LinTS",
 }
+
+#: The settings of :func:`run_quickstart` (and of ``hierbandit quickstart``) when not given.
+DEFAULTS: dict[str, int] = {
+    "draws": 1000,
+    "tune": 1000,
+    "chains": 2,
+    "seeds": 10,
+    "horizon": 2000,
+    "n_users": 30,
+    "random_seed": 0,
+    "compare_draws": 1000,
+    "compare_tune": 1000,
+}
+
+_log = logging.getLogger(__name__)
 
 #: ESS threshold of the sampling-vs-closed-form diagnostics (see the module docstring).
 COMPARE_ESS_MIN = 200.0
@@ -251,52 +270,28 @@ def plot_hyperparameters(table: pd.DataFrame, path: str | Path | None = None) ->
 
 # ---------------------------------------------------------------------- progress and timing
 class _Steps:
-    """Times the workflow's steps and shows a rich status line per step."""
+    """Times the workflow's steps and reports them: each step is a progress task while it runs
+    (:mod:`hierbandit.experiments.progress`) and an ``INFO`` line with its time when done."""
 
-    def __init__(self, progress: bool, n_steps: int) -> None:
-        self.console = None
-        if progress:
-            from rich.console import Console
-
-            self.console = Console()
+    def __init__(self, n_steps: int) -> None:
         self.n_steps = n_steps
         self.index = 0
         self.timings: dict[str, float] = {}
 
     def note(self, text: str) -> None:
-        if self.console is not None:
-            from rich.markup import escape
-
-            self.console.print(f"    [dim]{escape(text)}[/dim]", soft_wrap=True, highlight=False)
+        _log.info("    %s", text)
 
     @contextlib.contextmanager
-    def step(self, key: str, label: str, *, live: bool = True) -> Iterator[None]:
-        """Run one step: a spinner with ``label`` while it runs, a check mark and its time after.
-
-        ``live=False`` prints the label instead of a spinner (for steps that show their own
-        progress bar: rich allows one live display at a time).
-        """
-        from rich.markup import escape
-
+    def step(self, key: str, label: str) -> Iterator[None]:
+        """Run one step, timed and reported."""
         self.index += 1
-        head = escape(f"[{self.index}/{self.n_steps}] {label}")
+        head = f"[{self.index}/{self.n_steps}] {label}"
         start = time.perf_counter()
-        if self.console is None:
-            yield
-        elif live:
-            with self.console.status(head + " …"):
-                yield
-        else:
-            self.console.print(head + " …", highlight=False)
+        with progress_task(head):
             yield
         elapsed = time.perf_counter() - start
         self.timings[key] = self.timings.get(key, 0.0) + elapsed
-        if self.console is not None:
-            self.console.print(
-                f"[green]✓[/green] {head} [dim]({elapsed:.1f} s)[/dim]",
-                highlight=False,
-                soft_wrap=True,
-            )
+        _log.info("✓ %s (%.1f s)", head, elapsed)
 
 
 # ---------------------------------------------------------------------- writing helpers
@@ -311,20 +306,8 @@ def _savefig(fig: Any, path: Path, **kwargs: Any) -> Path:
 
 
 def _md_table(df: pd.DataFrame, float_fmt: str = "{:.4g}") -> str:
-    """A small pandas DataFrame as a Markdown table (no tabulate dependency)."""
-
-    def cell(v: Any) -> str:
-        if isinstance(v, bool | np.bool_):
-            return "yes" if v else "no"
-        if isinstance(v, float | np.floating):
-            return "nan" if not np.isfinite(v) else float_fmt.format(v)
-        return str(v)
-
-    cols = [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, row in df.iterrows():
-        lines.append("| " + " | ".join(cell(v) for v in row.to_numpy()) + " |")
-    return "\n".join(lines)
+    """A small pandas DataFrame as a Markdown table (booleans as yes/no)."""
+    return frame_table(df, float_format=float_fmt, booleans=("yes", "no"), non_finite="nan")
 
 
 def _fmt_s(seconds: float) -> str:
@@ -335,16 +318,15 @@ def _fmt_s(seconds: float) -> str:
 def run_quickstart(
     out_dir: str | os.PathLike[str],
     *,
-    draws: int = 1000,
-    tune: int = 1000,
-    chains: int = 2,
-    seeds: int = 10,
-    horizon: int = 2000,
-    n_users: int = 30,
-    progress: bool = True,
-    random_seed: int = 0,
-    compare_draws: int = 1000,
-    compare_tune: int = 1000,
+    draws: int = DEFAULTS["draws"],
+    tune: int = DEFAULTS["tune"],
+    chains: int = DEFAULTS["chains"],
+    seeds: int = DEFAULTS["seeds"],
+    horizon: int = DEFAULTS["horizon"],
+    n_users: int = DEFAULTS["n_users"],
+    random_seed: int = DEFAULTS["random_seed"],
+    compare_draws: int = DEFAULTS["compare_draws"],
+    compare_tune: int = DEFAULTS["compare_tune"],
 ) -> dict[str, Any]:
     """Run the whole workflow on the default real log and write a report folder.
 
@@ -358,8 +340,6 @@ def run_quickstart(
         Simulation replications and rounds per replication.
     n_users
         Users (instances) of the MovieLens log (:func:`hierbandit.data.movielens_log`).
-    progress
-        Show a rich status line per step (and the simulation's progress bar).
     random_seed
         Seed of every random stream (fits, sampler, environment draws, policies).
     compare_draws, compare_tune
@@ -400,7 +380,8 @@ def run_quickstart(
     out.mkdir(parents=True, exist_ok=True)
 
     t_start = time.perf_counter()
-    steps = _Steps(bool(progress), n_steps=9)
+    # each step is reported as it runs (log records: hierbandit.experiments.progress)
+    steps = _Steps(n_steps=9)
     files: dict[str, Path] = {}
 
     # 1. data ------------------------------------------------------------------------------
@@ -495,7 +476,6 @@ def run_quickstart(
     with steps.step(
         "simulate",
         f"Simulating EbmTS (warm, warm-fixed, cold) and LinTS: {seeds} seeds × {horizon} rounds",
-        live=False,
     ):
         env = env_from_prior(mc, N, np.asarray(log.X), rng=random_seed, arrival_probs=arrival)
         policies = {
@@ -504,7 +484,7 @@ def run_quickstart(
             "EbmTS-cold": EbmTS(N, K, d, rng=random_seed),
             "LinTS": LinTS(N, K, d, rng=random_seed),
         }
-        ds = simulate(policies, env, horizon, seeds, seed=random_seed, progress=bool(progress))
+        ds = simulate(policies, env, horizon, seeds, seed=random_seed)
         ds.attrs.update(
             setting="quickstart",
             setting_description=(
@@ -623,26 +603,15 @@ def run_quickstart(
         timings = dict(steps.timings)
         # the report's own time is what the previous steps leave; written after, in summary.json
         text = _report_markdown(context, files, timings, time.perf_counter() - t_start)
-        _write_text(files["report"], text)
+        write_text(files["report"], text)
     total = time.perf_counter() - t_start
     timings = dict(steps.timings)
     summary.update(timings=timings, total_seconds=total, files=files)
     write_json(files["summary"], summary)
-    if steps.console is not None:
-        steps.console.print(
-            f"[bold]quickstart done in {total:.0f} s[/bold]: report at {files['report']}",
-            highlight=False,
-            soft_wrap=True,
-        )
+    _log.info("quickstart done in %.0f s: report at %s", total, files["report"])
     result = dict(summary)
     result["report"] = files["report"]
     return result
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------- report.md
@@ -690,17 +659,18 @@ def _report_markdown(
         f"`{prov['loader']}`."
     )
     add("")
-    add("| | |")
-    add("|---|---|")
-    add(f"| rows (ratings) | {prov['rows']:,} |")
-    add(f"| instances (users) | {prov['users']} |")
-    add(f"| arms (genres) | {len(genres)}: {', '.join(genres)} |")
-    add(f"| features (context) | {', '.join(prov['features'])} |")
-    add("| reward | the rating, 0.5 to 5 stars |")
     rpu = prov["ratings_per_user"]
-    add(f"| ratings per user | min {rpu['min']}, median {rpu['median']:g}, max {rpu['max']} |")
-    add(f"| smallest (user, genre) cell | {prov['min_ratings_per_user_genre']} ratings |")
-    add(f"| data hash (SHA-256 of the log's content) | `{prov['data_hash']}` |")
+    rows = [
+        ["rows (ratings)", f"{prov['rows']:,}"],
+        ["instances (users)", prov["users"]],
+        ["arms (genres)", f"{len(genres)}: {', '.join(genres)}"],
+        ["features (context)", ", ".join(prov["features"])],
+        ["reward", "the rating, 0.5 to 5 stars"],
+        ["ratings per user", f"min {rpu['min']}, median {rpu['median']:g}, max {rpu['max']}"],
+        ["smallest (user, genre) cell", f"{prov['min_ratings_per_user_genre']} ratings"],
+        ["data hash (SHA-256 of the log's content)", f"`{prov['data_hash']}`"],
+    ]
+    add(markdown_table(["", ""], rows))
     add("")
     add("Mapping (see `hierbandit.data.movielens`):")
     add("")
@@ -720,10 +690,11 @@ def _report_markdown(
         "Sunday (UTC)."
     )
     add("")
-    add("| genre (arm) | ratings | mean rating |")
-    add("|---|---|---|")
-    for k, g in enumerate(genres):
-        add(f"| {g} ({k}) | {c['rows_per_genre'][k]:,} | {c['mean_rating'][k]:.3f} |")
+    rows = [
+        [f"{g} ({k})", f"{c['rows_per_genre'][k]:,}", f"{c['mean_rating'][k]:.3f}"]
+        for k, g in enumerate(genres)
+    ]
+    add(markdown_table(["genre (arm)", "ratings", "mean rating"], rows))
 
     # 2 fits
     add("")
@@ -735,35 +706,31 @@ def _report_markdown(
         "each saved as netCDF (`hierbandit.load_prior(path)` reads it back):"
     )
     add("")
-    add("| method | what | wall time | file |")
-    add("|---|---|---|---|")
-    add(
-        f"| eb | the ebm paper's empirical-Bayes estimators (20 iterations) | "
-        f"{_fmt_s(c['fit_seconds']['eb'])} | [{rel('prior_eb')}]({rel('prior_eb')}) |"
-    )
-    add(
-        f"| ml | type-II maximum likelihood, instance coefficients integrated out | "
-        f"{_fmt_s(c['fit_seconds']['ml'])} | [{rel('prior_ml')}]({rel('prior_ml')}) |"
-    )
     hyper_cfg = mc_cfg.get("hyper", {})
-    add(
-        f"| mcmc | full Bayes: collapsed model, numpyro NUTS, {st['chains']} chains × "
-        f"{st['draws']} draws after {st['tune']} tuning; LKJ(η={hyper_cfg.get('lkj_eta', '?')}) "
-        f"+ half-normal({hyper_cfg.get('sd_scale', '?')}) on Σ_k, half-normal"
-        f"({hyper_cfg.get('noise_scale', '?')}) on σ_k, N(0, λ⁻¹I) on β_k0 with "
-        f"λ = {mc_cfg.get('lam', '?')} | {_fmt_s(c['fit_seconds']['mcmc'])} | "
-        f"[{rel('prior_mcmc')}]({rel('prior_mcmc')}) |"
-    )
+    what = {
+        "eb": "the ebm paper's empirical-Bayes estimators (20 iterations)",
+        "ml": "type-II maximum likelihood, instance coefficients integrated out",
+        "mcmc": (
+            f"full Bayes: collapsed model, numpyro NUTS, {st['chains']} chains × "
+            f"{st['draws']} draws after {st['tune']} tuning; LKJ(η={hyper_cfg.get('lkj_eta', '?')}) "
+            f"+ half-normal({hyper_cfg.get('sd_scale', '?')}) on Σ_k, half-normal"
+            f"({hyper_cfg.get('noise_scale', '?')}) on σ_k, N(0, λ⁻¹I) on β_k0 with "
+            f"λ = {mc_cfg.get('lam', '?')}"
+        ),
+    }
+    rows = [
+        [m, text, _fmt_s(c["fit_seconds"][m]), f"[{rel(f'prior_{m}')}]({rel(f'prior_{m}')})"]
+        for m, text in what.items()
+    ]
+    add(markdown_table(["method", "what", "wall time", "file"], rows))
     add("")
     add("Noise variance σ²_k per genre (MCMC: posterior mean of σ²):")
     add("")
-    add("| genre | EB | ML | MCMC |")
-    add("|---|---|---|---|")
-    for k, g in enumerate(genres):
-        add(
-            f"| {g} | {fits['eb'].sigma2[k]:.4f} | {fits['ml'].sigma2[k]:.4f} | "
-            f"{fits['mcmc'].sigma2[k]:.4f} |"
-        )
+    rows = [
+        [g, *(f"{fits[m].sigma2[k]:.4f}" for m in ("eb", "ml", "mcmc"))]
+        for k, g in enumerate(genres)
+    ]
+    add(markdown_table(["genre", "EB", "ML", "MCMC"], rows))
     ml_ds = fits["ml"].dataset
     if "converged" in ml_ds:
         conv = int(np.sum(ml_ds["converged"].values))
@@ -844,18 +811,20 @@ def _report_markdown(
         "standard deviation."
     )
     add("")
-    add("| | |")
-    add("|---|---|")
-    add(f"| parameters compared | {cmp.n_params} (β of every user and genre, and β_k0) |")
-    add(f"| max \\|z\\| (means and sds) | {cmp.max_abs_z:.2f} (tolerance {cmp.tolerance:g}) |")
-    add(f"| all within tolerance | {'yes' if cmp.all_ok else 'no'} |")
-    add(
-        f"| sampler diagnostics | max R-hat {cd.max_rhat:.3f} (≤ {cd.rhat_max:g}), min bulk ESS "
-        f"{cd.min_ess_bulk:.0f}, min tail ESS {cd.min_ess_tail:.0f} (≥ {cd.ess_min:g}), "
-        f"{cd.divergences} divergences |"
-    )
-    add(f"| **verdict** | **{cmp.verdict}** |")
-    add(f"| sampling time | {_fmt_s(float(s.get('wall_time', float('nan'))))} |")
+    rows = [
+        ["parameters compared", f"{cmp.n_params} (β of every user and genre, and β_k0)"],
+        ["max \\|z\\| (means and sds)", f"{cmp.max_abs_z:.2f} (tolerance {cmp.tolerance:g})"],
+        ["all within tolerance", "yes" if cmp.all_ok else "no"],
+        [
+            "sampler diagnostics",
+            f"max R-hat {cd.max_rhat:.3f} (≤ {cd.rhat_max:g}), min bulk ESS "
+            f"{cd.min_ess_bulk:.0f}, min tail ESS {cd.min_ess_tail:.0f} (≥ {cd.ess_min:g}), "
+            f"{cd.divergences} divergences",
+        ],
+        ["**verdict**", f"**{cmp.verdict}**"],
+        ["sampling time", _fmt_s(float(s.get("wall_time", float("nan"))))],
+    ]
+    add(markdown_table(["", ""], rows))
     add("")
     add(
         "Verdict: `agree` when every |z| ≤ tolerance and the diagnostics pass; `sampler "
@@ -906,14 +875,16 @@ def _report_markdown(
         f"{arrival[poorest]:.3f}):"
     )
     add("")
-    add("| policy | overall | least active user |")
-    add("|---|---|---|")
     reg = c["regret"].sort_values("overall_mean")
-    for pol, row in reg.iterrows():
-        add(
-            f"| {pol} | {row['overall_mean']:.1f} ± {row['overall_se']:.1f} | "
-            f"{row['poorest_user_mean']:.1f} ± {row['poorest_user_se']:.1f} |"
-        )
+    rows = [
+        [
+            pol,
+            f"{row['overall_mean']:.1f} ± {row['overall_se']:.1f}",
+            f"{row['poorest_user_mean']:.1f} ± {row['poorest_user_se']:.1f}",
+        ]
+        for pol, row in reg.iterrows()
+    ]
+    add(markdown_table(["policy", "overall", "least active user"], rows))
     add("")
     add(
         "How to read it: the environment is drawn from the same prior the warm-started policies "
@@ -946,12 +917,9 @@ def _report_markdown(
         "closed_form": "5. sampling vs closed form",
         "simulate": "6. simulate",
     }
-    add("| step | wall time |")
-    add("|---|---|")
-    for key, label in names.items():
-        if key in timings:
-            add(f"| {label} | {_fmt_s(timings[key])} |")
-    add(f"| total (up to writing this report) | {_fmt_s(elapsed)} |")
+    rows = [[label, _fmt_s(timings[key])] for key, label in names.items() if key in timings]
+    rows.append(["total (up to writing this report)", _fmt_s(elapsed)])
+    add(markdown_table(["step", "wall time"], rows))
     add("")
     add("## Versions and settings")
     add("")

@@ -1,14 +1,17 @@
-"""Named experiments: declarative configurations, validation, and the registry.
+"""The experiment framework: parameters, cells, and experiments defined from a shipped file.
 
 An :class:`Experiment` is one reproduction of a paper, split into independent **cells** (for
 example one setting × one seed). Its parameters are declared twice, each in the place where it is
 easiest to read:
 
 * the **schema** (:class:`Param`: type, choices, bounds, help) lives with the code that uses the
-  parameter, in :mod:`hierbandit.experiments.catalog`;
+  parameter, in the paper's module (``hierbandit.experiments.sclub`` for ``"sclub"``, …), which
+  builds its experiment with :func:`define_experiment`;
 * the **values** (defaults shared by every scale, then per-scale values for ``small`` and
   ``paper``) live in a TOML file shipped with the package,
-  ``hierbandit/experiments/configs/<name>.toml``.
+  ``hierbandit/experiments/configs/<name>.toml``: the one home of every default.
+
+This module knows no paper; :mod:`hierbandit.experiments.catalog` lists the experiments.
 
 A user configuration file (TOML or YAML) can override any parameter::
 
@@ -40,14 +43,15 @@ import xarray as xr
 
 __all__ = [
     "SCALES",
+    "SEED",
     "Cell",
     "Experiment",
     "Param",
-    "get_experiment",
-    "list_experiments",
+    "config_path",
+    "define_experiment",
     "load_user_config",
     "parse_assignment",
-    "register",
+    "toml_value",
 ]
 
 SCALES = ("small", "paper")
@@ -253,8 +257,17 @@ class Experiment:
         kept = {k: v for k, v in params.items() if k not in SWEEP_PARAMS}
         return json.dumps({"experiment": self.name, "params": kept}, sort_keys=True)
 
-
-_REGISTRY: dict[str, Experiment] = {}
+    def fill(self, scale: str, **given: Any) -> dict[str, Any]:
+        """``given`` with every ``None`` replaced by the shipped default of that parameter at
+        ``scale`` (how the paper's functions take their defaults from the one home, the TOML
+        file)."""
+        if scale not in SCALES:
+            raise ValueError(f"scale must be one of {list(SCALES)}, got {scale!r}")
+        defaults = self.defaults[scale]
+        unknown = set(given) - set(defaults)
+        if unknown:
+            raise KeyError(f"experiment {self.name!r} has no parameters {sorted(unknown)}")
+        return {k: defaults[k] if v is None else v for k, v in given.items()}
 
 
 def config_path(name: str) -> Path:
@@ -292,7 +305,16 @@ def _read_shipped(name: str, params: tuple[Param, ...]) -> tuple[dict[str, Any],
     return meta, defaults
 
 
-def register(
+#: parameters every experiment has, in this order (``seed`` comes last, after its own ones)
+COMMON = (
+    Param("seeds", "int", "Independent replications (seeds or trials).", minimum=1),
+    Param("seeds_per_cell", "int", "Replications per cell (the unit of work).", minimum=1),
+)
+#: the root seed of every random stream (each experiment lists it last)
+SEED = Param("seed", "int", "Root seed of every random stream.", minimum=0)
+
+
+def define_experiment(
     name: str,
     *,
     params: Iterable[Param],
@@ -301,16 +323,16 @@ def register(
     write: Write,
     timing_vars: tuple[str, ...] = (),
 ) -> Experiment:
-    """Register experiment ``name``, reading its titles and values from its TOML file."""
-    common = (
-        Param("seeds", "int", "Independent replications (seeds or trials).", minimum=1),
-        Param("seeds_per_cell", "int", "Replications per cell (the unit of work).", minimum=1),
-    )
+    """Experiment ``name`` with its titles and values read from its shipped TOML file.
+
+    ``params`` is the schema of the experiment's own parameters; ``seeds`` and
+    ``seeds_per_cell`` (:data:`COMMON`) are added in front unless it declares them.
+    """
     params = tuple(params)
     names = [p.name for p in params]
-    params = tuple(p for p in common if p.name not in names) + params
+    params = tuple(p for p in COMMON if p.name not in names) + params
     meta, defaults = _read_shipped(name, params)
-    exp = Experiment(
+    return Experiment(
         name=name,
         title=meta["title"],
         paper=meta["paper"],
@@ -322,26 +344,6 @@ def register(
         write=write,
         timing_vars=tuple(timing_vars),
     )
-    _REGISTRY[name] = exp
-    return exp
-
-
-def _ensure_catalog() -> None:
-    from hierbandit.experiments import catalog  # noqa: F401  (registers the experiments)
-
-
-def list_experiments() -> list[Experiment]:
-    """Every registered experiment, in registration order."""
-    _ensure_catalog()
-    return list(_REGISTRY.values())
-
-
-def get_experiment(name: str) -> Experiment:
-    """The experiment called ``name`` (``ValueError`` listing the names otherwise)."""
-    _ensure_catalog()
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(f"experiment must be one of {list(_REGISTRY)}, got {name!r}")
-    return _REGISTRY[name]
 
 
 def load_user_config(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -411,3 +413,13 @@ def parse_assignment(text: str) -> tuple[str, Any]:
         return key, tomllib.loads(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
         return key, value
+
+
+def toml_value(value: Any) -> str:
+    """A resolved parameter value in TOML syntax (``None`` as ``"none"``), the inverse of
+    :func:`parse_assignment` for the values a schema accepts."""
+    if value is None:
+        return '"none"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value)  # ints, finite floats, bools and strings are valid TOML too

@@ -32,8 +32,11 @@ import xarray as xr
 from hierbandit._container import read_netcdf
 from hierbandit._io import atomic_write, write_dataset, write_json
 from hierbandit.errors import InvalidFileError
+from hierbandit.experiments.catalog import get_experiment
 from hierbandit.experiments.executors import make_executor
-from hierbandit.experiments.registry import Cell, Experiment, get_experiment
+from hierbandit.experiments.progress import progress_task
+from hierbandit.experiments.registry import SWEEP_PARAMS, Cell, Experiment, toml_value
+from hierbandit.experiments.report import markdown_table
 
 __all__ = ["ExperimentRun", "run_cell", "run_experiment"]
 
@@ -88,7 +91,7 @@ def _check_manifest(exp: Experiment, params: dict[str, Any], out: Path, restart:
         diff = sorted(
             k
             for k in set(before) | set(params)
-            if before.get(k) != params.get(k) and k not in ("seeds", "seeds_per_cell")
+            if before.get(k) != params.get(k) and k not in SWEEP_PARAMS
         )
         what = f"parameters {diff}" if diff else f"experiment {old.get('experiment')!r}"
         raise ValueError(
@@ -155,14 +158,13 @@ def run_experiment(
     scheduler: str | None = None,
     restart: bool = False,
     max_cells: int | None = None,
-    progress: bool = False,
 ) -> ExperimentRun:
     """Run (or resume) experiment ``name`` into ``out``.
 
     Parameters
     ----------
     name
-        A name from :func:`~hierbandit.experiments.registry.list_experiments`.
+        A name from :func:`~hierbandit.experiments.catalog.list_experiments`.
     out
         Output folder (created). Finished cells found there are reused.
     scale
@@ -178,8 +180,6 @@ def run_experiment(
     max_cells
         Compute at most this many new cells, then stop without writing the combined outputs
         (for splitting a long sweep into sessions; rerun to continue).
-    progress
-        Show a progress bar over cells.
 
     Returns
     -------
@@ -232,52 +232,41 @@ def run_experiment(
     todo = sum(c.key not in results for c in cells)
     budget = todo if max_cells is None else min(todo, max_cells)
 
-    bar = task = None
-    if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        bar = Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        task = bar.add_task(f"{exp.name} ({executor.description})", total=budget)
-        bar.start()
     waiting = [c for c in cells if c.key not in results]  # in the experiment's order
     running: dict[Any, Cell] = {}  # executor handle → cell, in submission order
     started = 0
+    # progress over the new cells, reported as log records (hierbandit.experiments.progress)
+    task = progress_task(f"{exp.name} ({executor.description})", total=budget)
     try:
-        while True:
-            # start every cell whose dependencies are done (within the budget of new cells)
-            for cell in [c for c in waiting if all(k in results for k in c.depends)]:
-                if started >= budget:
+        with task:
+            while True:
+                # start every cell whose dependencies are done (within the budget of new cells)
+                for cell in [c for c in waiting if all(k in results for k in c.depends)]:
+                    if started >= budget:
+                        break
+                    deps = {k: results[k] for k in cell.depends}
+                    args = (exp.name, resolved, dict(cell.spec), deps)
+                    running[executor.submit(run_cell, *args)] = cell
+                    waiting.remove(cell)
+                    started += 1
+                if not running:
                     break
-                args = (exp.name, resolved, dict(cell.spec), {k: results[k] for k in cell.depends})
-                running[executor.submit(run_cell, *args)] = cell
-                waiting.remove(cell)
-                started += 1
-            if not running:
-                break
-            handle, ds = executor.next_done(list(running))
-            cell = running.pop(handle)
-            if not isinstance(ds, xr.Dataset):
-                raise TypeError(f"cell {cell.key!r} returned {type(ds).__name__}, not Dataset")
-            ds = ds.copy()
-            ds.attrs.update(
-                experiment=exp.name,
-                hierbandit_version=__version__,
-                **_cell_identity(fingerprint, cell.key, cell.spec),
-            )
-            write_dataset(ds, _cell_path(out, cell.key), kind=CELL_KIND)
-            results[cell.key] = ds
-            computed.append(cell.key)
-            if bar is not None:
-                bar.advance(task)
+                handle, ds = executor.next_done(list(running))
+                cell = running.pop(handle)
+                if not isinstance(ds, xr.Dataset):
+                    raise TypeError(f"cell {cell.key!r} returned {type(ds).__name__}, not Dataset")
+                ds = ds.copy()
+                ds.attrs.update(
+                    experiment=exp.name,
+                    hierbandit_version=__version__,
+                    **_cell_identity(fingerprint, cell.key, cell.spec),
+                )
+                write_dataset(ds, _cell_path(out, cell.key), kind=CELL_KIND)
+                results[cell.key] = ds
+                computed.append(cell.key)
+                task.advance()
     finally:
         executor.cancel(list(running))
-        if bar is not None:
-            bar.stop()
         executor.close()
 
     files: dict[str, Path] = {}
@@ -317,14 +306,6 @@ def run_experiment(
     )
 
 
-def _toml_value(value: Any) -> str:
-    if value is None:
-        return '"none"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(value)  # ints, finite floats, bools and strings are valid TOML too
-
-
 def _write_config(path: Path, name: str, scale: str, params: Mapping[str, Any]) -> Path:
     """The resolved parameters as a user configuration file (``--config`` reruns them)."""
     lines = [
@@ -333,7 +314,7 @@ def _write_config(path: Path, name: str, scale: str, params: Mapping[str, Any]) 
         f"scale = {json.dumps(scale)}",
         "",
         "[params]",
-        *(f"{k} = {_toml_value(v)}" for k, v in params.items()),
+        *(f"{k} = {toml_value(v)}" for k, v in params.items()),
         "",
     ]
     return atomic_write(path, lambda p: p.write_text("\n".join(lines), encoding="utf-8"))
@@ -366,9 +347,7 @@ def _write_summary(
         "",
         "## Parameters",
         "",
-        "| parameter | value |",
-        "|---|---|",
-        *(f"| {k} | {json.dumps(v)} |" for k, v in params.items()),
+        markdown_table(["parameter", "value"], ([k, json.dumps(v)] for k, v in params.items())),
         "",
         "## Files",
         "",

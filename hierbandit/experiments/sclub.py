@@ -11,18 +11,21 @@ one child per seed; each child spawns the environment-parameter stream (used whe
 position. All policies of a seed are advanced in lockstep over blocks of pre-drawn rounds, so they
 face the same users, items and noise, and memory stays bounded at the paper's horizon.
 
-The reproduction (:func:`reproduce`) runs the settings
+The reproduction (:data:`EXPERIMENT`, the named experiment ``sclub``: ``hierbandit experiment
+run sclub``) runs the settings
 
 * (1a) synthetic, uniform user frequencies; (1b) frequencies arbitrary over clusters
   (``"half"``); (1c) arbitrary over users — n_u users in m = 10 clusters, d = 20, L = 20;
 * (2a) MovieLens, uniform; (2b) MovieLens, arbitrary — user vectors from the shipped ratings,
 
-at ``scale="small"`` (a few minutes on two cores) or ``scale="paper"`` (n_u = 1000 — 671 for
-MovieLens, all the shipped users — T = 2²⁰ − 1, 10 seeds), and writes Table-1-style final regrets,
-regret curves, number-of-clusters curves and a mixture-model audit of SCLUB's clustering. The
-reward model is an option: Gaussian noise N(0, 0.05²) by default (the paper only says
-"R-sub-Gaussian"), Bernoulli rewards as in the authors' code with ``reward="bernoulli"``; see
-``docs/sclub.md`` for why the choice matters.
+at the small scale (a few minutes on two cores) or the paper's (n_u = 1000 — 671 for MovieLens,
+all the shipped users — T = 2²⁰ − 1, 10 seeds), and writes Table-1-style final regrets, regret
+curves, number-of-clusters curves and a mixture-model audit of SCLUB's clustering
+(:func:`write_results`). The reward model is an option: Gaussian noise by default (the paper only
+says "R-sub-Gaussian"), Bernoulli rewards as in the authors' code with ``reward="bernoulli"``;
+see ``docs/sclub.md`` for why the choice matters. Every default of the experiment (the noise
+level, the horizon and seeds of each scale, …) lives in ``configs/sclub.toml``; the functions
+below read it for the arguments they are not given.
 """
 
 from __future__ import annotations
@@ -39,12 +42,17 @@ import pandas as pd
 import xarray as xr
 
 from hierbandit._io import write_dataset, write_json
-from hierbandit._validation import check_bool, check_choice, check_positive_int, check_scalar
+from hierbandit._validation import check_bool, check_choice, check_positive_int
 from hierbandit.experiments._config import check_seed, config_json, resolve_factories, seed_children
+from hierbandit.experiments.cells import Annotate, concat_cells, group_cells, seed_cells
+from hierbandit.experiments.progress import progress_task
+from hierbandit.experiments.registry import SEED, Cell, Param, define_experiment
+from hierbandit.experiments.report import frame_table
 from hierbandit.sclub.env import ClusteredLinearEnv, MovieLensEnv
 from hierbandit.sclub.policies import CLUB, SCLUB, ClusteringPolicy, LinUCBInd, LinUCBOne
 
 __all__ = [
+    "EXPERIMENT",
     "POLICY_NAMES",
     "SCALES",
     "SETTINGS",
@@ -53,7 +61,6 @@ __all__ = [
     "make_env",
     "make_policies",
     "regret_table",
-    "reproduce",
     "run_setting",
     "simulate_clustering",
     "write_results",
@@ -72,14 +79,13 @@ SETTINGS: dict[str, tuple[str, str, str]] = {
     "2b": ("(2b) MovieLens, frequencies arbitrary over users", "movielens", "arbitrary"),
 }
 
-#: scale → sizes. ``paper``: SCLUB §5 (n_u = 10³, m = 10, d = L = 20, T = 2²⁰ − 1, 10 runs);
-#: MovieLens keeps all 671 users of the shipped data.
+#: environment scale (the experiment's ``env_scale``) → sizes of the environments. ``paper``:
+#: SCLUB §5 (n_u = 10³, m = 10, d = L = 20); MovieLens keeps all 671 users of the shipped data.
+#: The horizon and the seeds of each scale are in ``configs/sclub.toml``.
 SCALES: dict[str, dict[str, int]] = {
     "small": {
         "n_users": 200,
         "n_users_movielens": 200,
-        "horizon": 2**17 - 1,
-        "n_seeds": 4,
         "n_clusters": 10,
         "n_features": 20,
         "n_items": 20,
@@ -87,8 +93,6 @@ SCALES: dict[str, dict[str, int]] = {
     "paper": {
         "n_users": 1000,
         "n_users_movielens": 671,
-        "horizon": 2**20 - 1,
-        "n_seeds": 10,
         "n_clusters": 10,
         "n_features": 20,
         "n_items": 20,
@@ -200,7 +204,6 @@ def simulate_clustering(
     chunk_size: int = 8192,
     n_jobs: int = 1,
     return_runs: bool = False,
-    progress: bool = False,
     first_seed: int = 0,
 ) -> xr.Dataset | tuple[xr.Dataset, list[dict[str, Any]]]:
     """Run every policy on the same per-seed environment and random numbers.
@@ -230,8 +233,6 @@ def simulate_clustering(
     return_runs
         Also return, per seed, a dict with the trained ``policies`` (list, in order) and the
         seed's ``env``: the result is then ``(ds, runs)``.
-    progress
-        Show a rich progress bar over seeds.
     first_seed
         Run replications ``first_seed … first_seed + n_seeds − 1`` of the root seed (the
         ``seed`` coordinate holds these indices); each is the same in any window.
@@ -259,7 +260,6 @@ def simulate_clustering(
     seed = check_seed(seed)
     redraw_env = check_bool(redraw_env, "redraw_env")
     keep_policies = check_bool(return_runs, "return_runs")
-    progress = check_bool(progress, "progress")
     chunk_size = check_positive_int(chunk_size, "chunk_size")
     n_jobs = check_positive_int(n_jobs, "n_jobs")
     steps = record_steps(T, n_points)
@@ -273,28 +273,17 @@ def simulate_clustering(
         )
 
     results: list[dict[str, Any]] = []
-    bar = None
-    if progress:
-        from rich.progress import Progress
-
-        bar = Progress(transient=False)
-        task = bar.add_task("simulate", total=S)
-        bar.start()
-    try:
+    # progress over seeds, reported as log records (hierbandit.experiments.progress)
+    with progress_task("simulate", total=S) as task:
         if n_jobs == 1:
             for s in range(S):
                 results.append(job(s))
-                if bar is not None:
-                    bar.advance(task)
+                task.advance()
         else:
             with ThreadPoolExecutor(max_workers=n_jobs) as pool:
                 for res in pool.map(job, range(S)):
                     results.append(res)
-                    if bar is not None:
-                        bar.advance(task)
-    finally:
-        if bar is not None:
-            bar.stop()
+                    task.advance()
     results.sort(key=lambda r: r["s"])
 
     names = [name for name, _ in factories]
@@ -377,12 +366,18 @@ def make_env(
     *,
     scale: str = "small",
     n_users: int | None = None,
-    reward: str = "gaussian",
-    noise_sd: float = 0.05,
+    reward: str | None = None,
+    noise_sd: float | None = None,
 ) -> ClusteredLinearEnv | MovieLensEnv:
-    """The environment of a named setting (parameters redrawn per seed by the runner)."""
+    """The environment of a named setting (parameters redrawn per seed by the runner).
+
+    ``scale`` picks the sizes of :data:`SCALES`; ``n_users`` overrides its number of users;
+    ``reward`` and ``noise_sd`` default to the shipped configuration's at ``scale``
+    (``configs/sclub.toml``).
+    """
     check_choice(setting, tuple(SETTINGS), "setting")
     check_choice(scale, tuple(SCALES), "scale")
+    shipped = EXPERIMENT.fill(scale, reward=reward, noise_sd=noise_sd)
     cfg = SCALES[scale]
     _, kind, freq = SETTINGS[setting]
     if kind == "synthetic":
@@ -393,8 +388,8 @@ def make_env(
             cfg["n_features"],
             cfg["n_items"],
             frequency=freq,
-            reward=reward,
-            noise_sd=noise_sd,
+            reward=shipped["reward"],
+            noise_sd=shipped["noise_sd"],
             rng=0,
         )
     n = cfg["n_users_movielens"] if n_users is None else check_positive_int(n_users, "n_users")
@@ -404,27 +399,33 @@ def make_env(
         cfg["n_features"],
         cfg["n_items"],
         frequency=freq,
-        reward=reward,
-        noise_sd=noise_sd,
+        reward=shipped["reward"],
+        noise_sd=shipped["noise_sd"],
         rng=0,
     )
 
 
 def make_policies(
     n_users: int,
-    n_features: int = 20,
-    names: Sequence[str] = POLICY_NAMES,
+    n_features: int | None = None,
+    names: Sequence[str] | None = None,
     *,
-    preset: str = "paper",
+    preset: str | None = None,
     **overrides: Any,
 ) -> dict[str, ClusteringPolicy]:
-    """The four policies of SCLUB §5 (fresh, untrained).
+    """The policies of SCLUB §5 (fresh, untrained).
 
-    ``preset="paper"`` uses the package defaults (the paper's rules with the reference code's
-    thresholds, specs/clustering.md C-17); ``preset="reference"`` the reference code's
-    configuration (:meth:`~hierbandit.sclub.policies.ClusteringPolicy.reference`).
-    ``overrides`` maps a policy name to extra constructor arguments.
+    ``n_features`` defaults to the d of :data:`SCALES`; ``names`` and ``preset`` to the shipped
+    configuration's (the four policies, ``"paper"``). ``preset="paper"`` uses the package
+    defaults (the paper's rules with the reference code's thresholds, decision C-17 of
+    ``docs/sclub.md``); ``preset="reference"`` the reference code's configuration
+    (:meth:`~hierbandit.sclub.policies.ClusteringPolicy.reference`). ``overrides`` maps a policy
+    name to extra constructor arguments.
     """
+    shipped = EXPERIMENT.fill("small", policies=names, preset=preset)
+    names, preset = shipped["policies"], shipped["preset"]
+    if n_features is None:
+        n_features = SCALES["small"]["n_features"]
     check_choice(preset, ("paper", "reference"), "preset")
     classes: dict[str, type[ClusteringPolicy]] = {
         "SCLUB": SCLUB,
@@ -454,25 +455,41 @@ def run_setting(
     horizon: int | None = None,
     n_users: int | None = None,
     seed: int = 0,
-    reward: str = "gaussian",
-    noise_sd: float = 0.05,
-    preset: str = "paper",
-    policies: Sequence[str] = POLICY_NAMES,
+    reward: str | None = None,
+    noise_sd: float | None = None,
+    preset: str | None = None,
+    policies: Sequence[str] | None = None,
     n_jobs: int = 1,
     n_points: int = 512,
-    audit: bool = True,
-    progress: bool = False,
+    audit: bool | None = None,
     first_seed: int = 0,
 ) -> xr.Dataset:
-    """Simulate the four policies on one named setting; returns :func:`simulate_clustering`'s
-    Dataset plus, with ``audit=True``, :func:`audit_clustering` of SCLUB's final clustering on
-    seed 0 (variables prefixed ``audit_``; only when the seed window starts at 0)."""
+    """Simulate the policies on one named setting; returns :func:`simulate_clustering`'s
+    Dataset plus, with ``audit``, :func:`audit_clustering` of SCLUB's final clustering on seed 0
+    (variables prefixed ``audit_``; only when the seed window starts at 0).
+
+    ``scale`` picks the environment sizes (:data:`SCALES`) and whose shipped values
+    (``configs/sclub.toml``) fill the arguments left ``None``: the seeds, the horizon, the
+    reward model and noise, the preset, the policies and the audit.
+    """
     check_choice(scale, tuple(SCALES), "scale")
-    cfg = SCALES[scale]
-    env = make_env(setting, scale=scale, n_users=n_users, reward=reward, noise_sd=noise_sd)
-    T = cfg["horizon"] if horizon is None else check_positive_int(horizon, "horizon")
-    S = cfg["n_seeds"] if n_seeds is None else check_positive_int(n_seeds, "n_seeds")
-    audit = check_bool(audit, "audit")
+    cfg = EXPERIMENT.fill(
+        scale,
+        seeds=n_seeds,
+        horizon=horizon,
+        reward=reward,
+        noise_sd=noise_sd,
+        preset=preset,
+        policies=None if policies is None else list(policies),
+        audit=audit,
+    )
+    policies, preset = cfg["policies"], cfg["preset"]
+    env = make_env(
+        setting, scale=scale, n_users=n_users, reward=cfg["reward"], noise_sd=cfg["noise_sd"]
+    )
+    T = check_positive_int(cfg["horizon"], "horizon")
+    S = check_positive_int(cfg["seeds"], "n_seeds")
+    audit = check_bool(cfg["audit"], "audit")
     first_seed = check_seed(first_seed, "first_seed")
     audit = audit and "SCLUB" in policies and first_seed == 0
     res = simulate_clustering(
@@ -484,7 +501,6 @@ def run_setting(
         n_jobs=n_jobs,
         n_points=n_points,
         return_runs=audit,
-        progress=progress,
         first_seed=first_seed,
     )
     ds, runs = res if audit else (res, None)
@@ -519,7 +535,7 @@ def audit_clustering(
 ) -> xr.Dataset:
     """Audit a trained policy's clustering with the user-level mixture of linear regressions.
 
-    The mixture (specs/clustering.md D2) is fitted to the policy's logged per-user statistics
+    The mixture (``docs/sclub.md``, the Bayesian audit) is fitted to the policy's logged per-user statistics
     (G_i, b_i, Σy², T_i) by EM (:func:`~hierbandit.sclub.mixture_em.fit_mixture_em`,
     ``method="em"``) or by NUTS on the PyMC model (:func:`~hierbandit.bayes.sclub.fit_mixture`,
     ``method="nuts"``, imported lazily).
@@ -584,7 +600,7 @@ def check_claims(datasets: Mapping[str, xr.Dataset]) -> dict[str, Any]:
     * on the synthetic settings SCLUB's final number of clusters is close to m (within a factor
       of 1.5, mean over seeds); the mean adjusted Rand index of its final clustering against the
       truth is reported as ``sclub_ari_truth``. Setting (1c) draws a frequency per user, which violates SCLUB's
-      assumption that users of a cluster are equally frequent (specs/clustering.md C-26): SCLUB
+      assumption that users of a cluster are equally frequent (decision C-26 of ``docs/sclub.md``): SCLUB
       then also separates users by frequency, so its cluster count is recorded but not held to
       m (``frequency_assumption_violated``).
 
@@ -643,24 +659,14 @@ def _table1(datasets: Mapping[str, xr.Dataset], column: str = "mean") -> pd.Data
 
 
 def _markdown(df: pd.DataFrame) -> str:
-    """A pipe table of ``df`` (index as the first column; values formatted with ``str``)."""
-    cols = [str(df.index.name or "")] + [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for idx, row in df.iterrows():
-        cells = [str(idx)] + [
-            f"{v:.4g}" if isinstance(v, float | np.floating) else str(v) for v in row.tolist()
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """A pipe table of ``df`` (index as the first column; floats with 4 significant digits)."""
+    return frame_table(df, index_header=str(df.index.name or ""))
 
 
 def write_results(datasets: Mapping[str, xr.Dataset], out_dir: str | Path) -> dict[str, Path]:
     """Write one netCDF file per setting, Table 1 (final regret, mean ± s.e.) and Table 2
     (seconds) as CSV and Markdown, the regret and number-of-clusters curves (PNG) and a JSON
     summary with the checked claims."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from hierbandit._io import atomic_write
@@ -744,44 +750,82 @@ def write_results(datasets: Mapping[str, xr.Dataset], out_dir: str | Path) -> di
     return paths
 
 
-def reproduce(
-    settings: Sequence[str] = tuple(SETTINGS),
-    *,
-    scale: str = "small",
-    n_seeds: int | None = None,
-    horizon: int | None = None,
-    n_users: int | None = None,
-    seed: int = 0,
-    reward: str = "gaussian",
-    noise_sd: float = 0.05,
-    preset: str = "paper",
-    n_jobs: int = 1,
-    audit: bool = True,
-    out: str | Path | None = None,
-    progress: bool = False,
-) -> dict[str, xr.Dataset]:
-    """Run the named settings and (with ``out``) write every output of :func:`write_results`."""
-    settings = list(settings)
-    for s in settings:
-        check_choice(s, tuple(SETTINGS), "settings")
-    check_scalar(noise_sd, "noise_sd", low=0.0)
-    results = {
-        s: run_setting(
-            s,
-            scale=scale,
-            n_seeds=n_seeds,
-            horizon=horizon,
-            n_users=n_users,
-            seed=seed,
-            reward=reward,
-            noise_sd=noise_sd,
-            preset=preset,
-            n_jobs=n_jobs,
-            audit=audit,
-            progress=progress,
+# ---------------------------------------------------------------------- the named experiment
+def _cells(p: Mapping[str, Any]) -> list[Cell]:
+    return seed_cells(p, [(s, {"setting": s}) for s in p["settings"]])
+
+
+def _run_cell(p: Mapping[str, Any], spec: Mapping[str, Any], deps: Any) -> xr.Dataset:
+    return run_setting(
+        spec["setting"],
+        scale=p["env_scale"],
+        n_seeds=spec["n_seeds"],
+        horizon=p["horizon"],
+        n_users=p["n_users"],
+        seed=p["seed"],
+        reward=p["reward"],
+        noise_sd=p["noise_sd"],
+        preset=p["preset"],
+        policies=p["policies"],
+        audit=p["audit"],
+        first_seed=spec["first_seed"],
+    )
+
+
+def _combine(parts: list[xr.Dataset]) -> xr.Dataset:
+    """One setting's seed windows as one Dataset; the audit (seed 0) from the first window."""
+    first = min(parts, key=lambda d: int(d["seed"].values[0]))
+    audit_vars = [v for v in first.data_vars if str(v).startswith("audit_")]
+    audit_attrs = {k: v for k, v in first.attrs.items() if k.startswith("audit_")}
+    plain = [d.drop_vars([v for v in d.data_vars if str(v).startswith("audit_")]) for d in parts]
+    ds = concat_cells(plain, "seed")
+    for v in audit_vars:
+        ds[v] = first[v]
+    ds.attrs.update(audit_attrs)
+    ds.attrs["n_seeds"] = ds.sizes["seed"]
+    return ds
+
+
+def _write(
+    p: Mapping[str, Any], results: Mapping[str, xr.Dataset], out: Path, annotate: Annotate
+) -> tuple[dict[str, Path], list[str]]:
+    datasets = {s: annotate(_combine(parts)) for s, parts in group_cells(results).items()}
+    files = write_results(datasets, out)
+    lines = ["### Final cumulative regret (mean ± s.e.)", ""]
+    for setting, ds in datasets.items():
+        tab = regret_table(ds)
+        lines.append(
+            f"* {setting}: "
+            + ", ".join(f"{pol} {r['mean']:,.0f} ± {r['se']:,.0f}" for pol, r in tab.iterrows())
         )
-        for s in settings
-    }
-    if out is not None:
-        write_results(results, out)
-    return results
+    claims = check_claims(datasets)
+    lines += ["", f"Paper's claims (all hold: {claims.pop('all_hold', None)}):", ""]
+    lines += [
+        f"* {setting}: " + ", ".join(f"{k} = {v}" for k, v in found.items())
+        for setting, found in claims.items()
+    ]
+    lines.append("")
+    lines += ["![regret](regret_curves.png)", "", "![clusters](n_clusters.png)", ""]
+    return files, lines
+
+
+#: ``sclub``: Table 1, one cell per setting and window of seeds
+EXPERIMENT = define_experiment(
+    "sclub",
+    params=(
+        Param("settings", "str", "Settings (Table 1 columns).", many=True, choices=tuple(SETTINGS)),
+        Param("env_scale", "str", "Environment sizes (users) of sclub.SCALES.", choices=tuple(SCALES)),
+        Param("n_users", "int", "Override the number of users.", minimum=2, optional=True),
+        Param("horizon", "int", "Rounds T.", minimum=2),
+        Param("reward", "str", "Reward model.", choices=("gaussian", "bernoulli")),
+        Param("noise_sd", "float", "Gaussian noise standard deviation.", minimum=0.0),
+        Param("preset", "str", "Policy configuration.", choices=("paper", "reference")),
+        Param("policies", "str", "Policies compared.", many=True, choices=POLICY_NAMES),
+        Param("audit", "bool", "Mixture audit of SCLUB's clustering on seed 0."),
+        SEED,
+    ),
+    cells=_cells,
+    run_cell=_run_cell,
+    write=_write,
+    timing_vars=("elapsed",),
+)  # fmt: skip

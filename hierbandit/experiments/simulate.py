@@ -14,7 +14,7 @@ Seeding
   reordering the mapping changes which stream each policy gets.
 
 The rollout stream does not depend on the policies, so every policy of a seed faces the same
-arrivals, contexts and noise (common random numbers, specs/ebm.md §6.0), and the same action at
+arrivals, contexts and noise (common random numbers, ``docs/maths/simulation.md``), and the same action at
 the same round pays the same reward. Rerunning with the same arguments reproduces the results
 bit for bit.
 """
@@ -33,6 +33,7 @@ import xarray as xr
 from hierbandit._validation import check_bool, check_choice, check_index, check_positive_int
 from hierbandit.ebm.base import Policy
 from hierbandit.experiments._config import check_seed, config_json, resolve_factories, seed_children
+from hierbandit.experiments.progress import progress_task
 
 __all__ = ["cumulative_regret", "regret_table", "simulate"]
 
@@ -183,7 +184,6 @@ def simulate(
     seed: int = 0,
     redraw_env: bool = True,
     oracle_regret: bool = False,
-    progress: bool = False,
     first_seed: int = 0,
     vectorize: bool | str = "auto",
 ) -> xr.Dataset:
@@ -209,7 +209,7 @@ def simulate(
         Draw fresh environment parameters per seed with ``env.clone(rng)`` (the ebm protocol).
         ``False`` reuses ``env``'s parameters for every seed.
     oracle_regret
-        Also record the ebm Appendix F "oracle-policy" regret (specs/ebm.md §1.5): at each
+        Also record the ebm Appendix F "oracle-policy" regret (``docs/maths/simulation.md``): at each
         round, before updating, the action the policy would take for every instance ``j`` at
         the same context ``x_t``, weighted by ``p_j``. The realised instance uses the action
         actually taken; the others are evaluated on the policy itself when its class sets
@@ -217,8 +217,6 @@ def simulate(
         otherwise on one ``copy.deepcopy`` of the policy made per round, so the main trajectory
         is unchanged (a copied RNG continues the policy's stream state at that round). This
         costs ``N - 1`` extra selections and a deep copy per round.
-    progress
-        Show a rich progress bar over (seed × policy).
     first_seed
         Run replications ``first_seed … first_seed + n_seeds − 1`` of the root seed (the
         ``seed`` coordinate holds these indices). Each replication is the same whatever window
@@ -267,7 +265,6 @@ def simulate(
     first_seed = check_seed(first_seed, "first_seed")
     redraw_env = check_bool(redraw_env, "redraw_env")
     oracle_regret = check_bool(oracle_regret, "oracle_regret")
-    progress = check_bool(progress, "progress")
     if isinstance(vectorize, bool | np.bool_):
         vectorize = bool(vectorize)
     elif not (isinstance(vectorize, str) and vectorize == "auto"):
@@ -302,17 +299,10 @@ def simulate(
         arm[i, s] = arms
         regret[i, s] = best - mean[steps, arms]
         reward[i, s] = table[steps, arms]
-        if bar is not None:
-            bar.advance(task)
+        task.advance()
 
-    bar = None
-    if progress:
-        from rich.progress import Progress
-
-        bar = Progress(transient=False)
-        task = bar.add_task("simulate", total=S * P)
-        bar.start()
-    try:
+    # progress over (seed × policy), reported as log records (hierbandit.experiments.progress)
+    with progress_task("simulate", total=S * P) as task:
         for s, seed_seq in enumerate(seed_children(seed, first_seed, S)):
             env_ss, rollout_ss, policy_root = seed_seq.spawn(3)
             env_s = env.clone(rng=np.random.default_rng(env_ss)) if redraw_env else env
@@ -357,9 +347,6 @@ def simulate(
                     arms = _run_policy(policy, inst_list, rows, reward_rows)
                 finish(i, s, name, arms, mean, table, best)
         batched.flush(finish)
-    finally:
-        if bar is not None:
-            bar.stop()
 
     names = [name for name, _ in factories]
     data: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""The BOC reproduction: datasets, summaries, acceptance checks and the CLI sub-app."""
+"""The BOC reproduction: datasets, summaries and acceptance checks (the command: ``tests/cli``)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ import json
 import numpy as np
 import pytest
 import xarray as xr
-from typer.testing import CliRunner
 
 from hierbandit.boc.instances import synthetic_instance
-from hierbandit.cli.boc import app
 from hierbandit.experiments.boc import (
+    PART_INSTANCES,
     acceptance,
     clopper_pearson,
+    make_instance,
+    part_instances,
     run_instance,
     slopes,
     summary_table,
 )
+from hierbandit.experiments.runner import run_experiment
 
 
 @pytest.fixture(scope="module")
@@ -72,40 +74,22 @@ def test_clopper_pearson_against_scipy():
         assert clopper_pearson(k, n) == pytest.approx((ci.low, ci.high), abs=1e-10)
 
 
-def test_cli_reproduce_tiny(tmp_path):
-    runner = CliRunner()
-    result = runner.invoke(
-        app, ["reproduce", "--out", str(tmp_path), "--seeds", "1", "--part", "table2"]
-    )
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "table2.md").exists()
-    assert (tmp_path / "table2_iris.nc").exists()
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["config"]["trials"]["table2"] == 1
-    text = (tmp_path / "table2.md").read_text()
-    assert "BOC-LE" in text and "Clopper" in text
-    ds = xr.open_dataset(tmp_path / "table2_challenging-rescaled.nc")
-    assert bool(ds.correct.all())
-    ds.close()
-
-
-def test_cli_hardness_and_errors():
-    runner = CliRunner()
-    result = runner.invoke(app, ["hardness", "--instance", "easy", "--instance", "iris"])
-    assert result.exit_code == 0, result.output
-    assert "D*=0.632727" in result.output and "D*=87.449" in result.output
-    result = runner.invoke(app, ["hardness", "--instance", "nope"])
-    assert result.exit_code == 2
-    result = runner.invoke(app, ["reproduce", "--scale", "huge"])
-    assert result.exit_code != 0
+def test_instances_of_each_part():
+    assert list(part_instances("synthetic")) == ["easy", "moderate", "challenging"]
+    table2 = part_instances("table2")
+    assert list(table2) == list(PART_INSTANCES["table2"])
+    assert table2["challenging-rescaled"].hardness == pytest.approx(2.0)
+    assert make_instance("synthetic", "easy").hardness == synthetic_instance("easy").hardness
+    with pytest.raises(ValueError, match="instance"):
+        make_instance("real", "yeast")
+    with pytest.raises(ValueError, match="part"):
+        make_instance("table3", "iris")
 
 
 @pytest.mark.slow
 def test_default_scale_meets_the_acceptance_criteria(tmp_path):
-    from hierbandit.experiments.boc import reproduce
-
-    res = reproduce(tmp_path, scale="small", parts=("synthetic",), workers=2)
-    ok = res["acceptance"]["pass"]
+    run_experiment("boc", out=tmp_path, scale="small", params={"parts": ["synthetic"]}, workers=2)
+    ok = json.loads((tmp_path / "summary.json").read_text())["acceptance"]["pass"]
     assert ok["boc_slope_within_25pct_easy_moderate_beta"]
     assert ok["uniform_slope_larger"]
     assert ok["boc_at_most_0.6_uniform_synthetic"]

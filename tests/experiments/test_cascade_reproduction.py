@@ -1,4 +1,5 @@
-"""Simulation of the cascading policies and the Figure 5 reproduction (spec §6.5)."""
+"""Simulation of the cascading policies and the Figure 5 reproduction (the acceptance criteria
+of ``docs/cascading.md``; the command: ``tests/cli``)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ import json
 import numpy as np
 import pytest
 import xarray as xr
-from typer.testing import CliRunner
 
 from hierbandit.cascade.env import CascadeEnv, simulate_episode, slate_value
 from hierbandit.cascade.policies import AUCBBP, UCBBP, CascadeEpsilonGreedy
-from hierbandit.cli.cascade import app
 from hierbandit.experiments.cascade import (
     _cascade_from_slate,
     acceptance,
@@ -21,6 +20,7 @@ from hierbandit.experiments.cascade import (
     summary_table,
     write_reproduction,
 )
+from hierbandit.experiments.runner import run_experiment
 
 K, D, H = 5, 5, 3
 E = np.linspace(1, 3, K)
@@ -134,70 +134,16 @@ def test_make_policies_names():
         run_reproduction("huge")
 
 
-def test_cli_figures_and_prior_commands(tmp_path):
-    runner = CliRunner()
-    out = tmp_path / "fig"
-    res = runner.invoke(
-        app,
-        [
-            "figures",
-            "--seeds",
-            "2",
-            "--episodes",
-            "30",
-            "--users",
-            "4",
-            "--users",
-            "8",
-            "--out",
-            str(out),
-            "--no-progress",
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    assert (out / "figure5.png").is_file() and (out / "report.md").is_file()
-    assert "acceptance" in res.output
-    log = tmp_path / "log.csv"
-    res = runner.invoke(app, ["simulate-log", "--out", str(log), "--episodes", "20"])
-    assert res.exit_code == 0, res.output
-    prior_path = tmp_path / "prior.nc"
-    res = runner.invoke(app, ["fit-prior", str(log), "--out", str(prior_path)])
-    assert res.exit_code == 0, res.output
-    from hierbandit.bayes.cascade import load_cascade_prior
-
-    assert load_cascade_prior(prior_path).method == "laplace"
-    res = runner.invoke(app, ["fit-prior", str(log), "--out", str(tmp_path / "p.json")])
-    assert res.exit_code == 2 and ".nc" in res.output
-    res = runner.invoke(app, ["figures", "--scale", "huge"])
-    assert res.exit_code != 0
+def test_run_reproduction_takes_its_defaults_from_the_shipped_configuration():
+    ds = run_reproduction(n_users=(4,), n_episodes=5, policies=["random"])
+    assert ds.sizes["seed"] == 10 and ds.attrs["seed"] == 0  # configs/cascade.toml
 
 
 @pytest.mark.slow
 def test_acceptance_small_scale_ten_seeds(tmp_path):
-    """The documented reproduction: `hierbandit cascade figures` (small scale, 10 seeds)."""
-    ds = run_reproduction("small", n_seeds=10)
-    acc = acceptance(ds)
-    assert acc["ok"].all(), acc
-    write_reproduction(ds, tmp_path)
-
-
-@pytest.mark.slow
-def test_cli_compare(tmp_path):
-    res = CliRunner().invoke(
-        app,
-        [
-            "compare",
-            "--episodes",
-            "40",
-            "--draws",
-            "300",
-            "--tune",
-            "300",
-            "--chains",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    assert (tmp_path / "report.md").is_file() and (tmp_path / "comparison.png").is_file()
+    """The documented reproduction: `hierbandit experiment run cascade` (small scale, 10
+    seeds)."""
+    run = run_experiment("cascade", out=tmp_path, scale="small")
+    assert run.params["seeds"] == 10
+    acc = json.loads((tmp_path / "acceptance.json").read_text())
+    assert acc["all_ok"], acc["criteria"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hierbandit._container import seal
-from hierbandit.experiments import registry
+from hierbandit.experiments import catalog
 from hierbandit.experiments.runner import run_experiment
 from tests.experiments.test_experiment_interface import _toy_experiment, _toy_run
 
@@ -19,7 +19,7 @@ EXPECTED = {"A": 1.0, "B": 2.0, "C": 12.0}
 
 @pytest.fixture
 def toy(monkeypatch):
-    monkeypatch.setitem(registry._REGISTRY, "toy-graph", _toy_experiment(_toy_run))
+    monkeypatch.setitem(catalog.EXPERIMENTS, "toy-graph", _toy_experiment(_toy_run))
 
 
 def _values(res):

@@ -1,11 +1,10 @@
-"""The real-data experiment runner and its command (tiny scale)."""
+"""The real-data experiment runner at tiny scale (the command: ``tests/cli``)."""
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from hierbandit.cli.main import app
-from hierbandit.experiments.ebm_real import REAL_EXPERIMENTS, SCALES, run_real, write_real
+from hierbandit.experiments.catalog import get_experiment
+from hierbandit.experiments.ebm_real import REAL_EXPERIMENTS, run_real, write_real
 
 
 def test_run_real_small_and_write(tmp_path):
@@ -27,33 +26,10 @@ def test_run_real_small_and_write(tmp_path):
 
 def test_run_real_defaults_and_errors():
     assert set(REAL_EXPERIMENTS) == {"linnerud", "movielens", "digits"}
-    assert SCALES["paper"][0] == 100
+    assert get_experiment("ebm-real").defaults["paper"]["seeds"] == 100
     with pytest.raises(ValueError, match="name"):
         run_real("sarcos")
     with pytest.raises(ValueError, match="scale"):
         run_real("linnerud", scale="huge")
     with pytest.raises(ValueError, match="horizon"):
         run_real("linnerud", horizon=0)
-
-
-def test_cli_ebm_real(tmp_path):
-    res = CliRunner().invoke(
-        app,
-        [
-            "ebm",
-            "real",
-            "--dataset",
-            "linnerud",
-            "--seeds",
-            "2",
-            "--horizon",
-            "40",
-            "--out",
-            str(tmp_path),
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    assert (tmp_path / "real-linnerud.nc").exists()
-    assert (tmp_path / "real-linnerud.png").exists()
-    res = CliRunner().invoke(app, ["ebm", "real", "--dataset", "sarcos"])
-    assert res.exit_code != 0

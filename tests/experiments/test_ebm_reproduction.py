@@ -1,13 +1,12 @@
-"""The ebm paper's synthetic experiments: acceptance criteria of the reproduction."""
+"""The ebm paper's synthetic experiments: acceptance criteria of the reproduction (the command:
+``tests/cli``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import xarray as xr
-from typer.testing import CliRunner
 
-from hierbandit.cli.main import app
 from hierbandit.experiments import regret_table
 from hierbandit.experiments.ebm import (
     FIGURE_POLICY_NAMES,
@@ -69,29 +68,12 @@ def test_write_results_files(tmp_path):
     assert "EbmUCB" in paths["table"].read_text()
 
 
-def test_cli_demo_and_figures(tmp_path):
-    runner = CliRunner()
-    res = runner.invoke(
-        app, ["demo", "--seeds", "2", "--horizon", "50", "--out", str(tmp_path / "d")]
+def test_run_setting_records_the_reestimation_period_when_given():
+    ds = run_setting("fig2-sparse", n_seeds=1, horizon=20, policies=("EbmTS",))
+    assert "hyper_update_every" not in ds.attrs
+    ds = run_setting(
+        "fig2-sparse", n_seeds=1, horizon=20, policies=("EbmTS",), hyper_update_every=5
     )
-    assert res.exit_code == 0, res.output
-    assert (tmp_path / "d" / "demo.png").exists()
-    res = runner.invoke(
-        app,
-        [
-            "ebm",
-            "figures",
-            "--seeds",
-            "1",
-            "--horizon",
-            "40",
-            "--setting",
-            "fig2-sparse",
-            "--out",
-            str(tmp_path / "f"),
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    assert (tmp_path / "f" / "fig2-sparse.md").exists()
-    res = runner.invoke(app, ["ebm", "figures", "--setting", "nope", "--out", str(tmp_path)])
-    assert res.exit_code != 0
+    assert ds.attrs["hyper_update_every"] == 5
+    with pytest.raises(TypeError, match="horizon"):
+        run_setting("fig2-sparse", n_seeds=1)  # no default: the experiment's is in its TOML

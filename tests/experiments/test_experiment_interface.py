@@ -1,5 +1,5 @@
-"""The experiment interface: registry and configurations, cells = monolithic runs, executors,
-resumption after a crash, and the ``hierbandit experiment`` command."""
+"""The experiment interface: the catalog and configurations, cells = monolithic runs,
+executors, and resumption after a crash (the command is tested in ``tests/cli``)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from typer.testing import CliRunner
 
-from hierbandit.cli.main import app
+from hierbandit.experiments.catalog import get_experiment, list_experiments
 from hierbandit.experiments.registry import (
     SCALES,
     Param,
-    get_experiment,
-    list_experiments,
     load_user_config,
     parse_assignment,
+    toml_value,
 )
 from hierbandit.experiments.runner import run_experiment
 
@@ -136,6 +134,9 @@ def test_user_config_files(tmp_path):
 
 def test_parse_assignment():
     assert parse_assignment("horizon=100") == ("horizon", 100)
+    for value in (3, 0.5, True, "reference", ["1a", "1b"], [10, 20]):
+        assert parse_assignment(f"k={toml_value(value)}") == ("k", value)
+    assert toml_value(None) == '"none"'
     assert parse_assignment('settings=["1a", "1b"]') == ("settings", ["1a", "1b"])
     assert parse_assignment("audit=false") == ("audit", False)
     assert parse_assignment("preset=reference") == ("preset", "reference")
@@ -364,42 +365,6 @@ def test_executor_arguments_are_validated():
         make_executor(1, "")
 
 
-# ---------------------------------------------------------------------- command line
-def test_cli_list_show_run_and_errors(tmp_path):
-    runner = CliRunner()
-    res = runner.invoke(app, ["experiment", "list"])
-    assert res.exit_code == 0
-    for name in NAMES:
-        assert name in res.output
-    res = runner.invoke(app, ["experiment", "show", "boc"])
-    assert res.exit_code == 0 and "table2_trials" in res.output
-    cfg = tmp_path / "tiny.yaml"
-    cfg.write_text(
-        "experiment: ebm-synthetic\nparams:\n  settings: [fig2-sparse]\n  policies: [EbmUCB]\n"
-        "  horizon: 40\n  seeds: 2\n"
-    )
-    out = tmp_path / "out"
-    res = runner.invoke(
-        app, ["experiment", "run", "ebm-synthetic", "--config", str(cfg), "--out", str(out),
-              "--no-progress", "--set", "seeds_per_cell=2"],
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    assert "1 cells computed" in res.output and (out / "fig2-sparse.nc").is_file()
-    rerun = runner.invoke(
-        app,
-        ["experiment", "run", "ebm-synthetic", "--config", str(out / "config.toml"), "--out",
-         str(out), "--no-progress"],
-    )  # fmt: skip
-    assert rerun.exit_code == 0 and "0 cells computed, 1 reused" in rerun.output
-    for args, match in (
-        (["experiment", "run", "nope"], "experiment must be one of"),
-        (["experiment", "run", "sclub", "--set", "horizon=abc"], "params.horizon"),
-        (["experiment", "run", "sclub", "--config", str(cfg)], "is for experiment"),
-    ):
-        res = runner.invoke(app, args)
-        assert res.exit_code == 2 and match in res.output, res.output
-
-
 # ---------------------------------------------------------------------- every experiment, small
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
@@ -485,7 +450,7 @@ def _toy_run(p, spec, deps):
 def test_in_process_saves_each_cell_before_starting_the_next(tmp_path, monkeypatch):
     """A kill between two cells loses nothing finished: in this process, every cell's file is
     written before the next cell starts."""
-    from hierbandit.experiments import registry
+    from hierbandit.experiments import catalog
 
     out = tmp_path / "run"
     seen = {}
@@ -494,7 +459,7 @@ def test_in_process_saves_each_cell_before_starting_the_next(tmp_path, monkeypat
         seen[spec["name"]] = sorted(f.stem for f in (out / "cells").glob("*.nc"))
         return _toy_run(p, spec, deps)
 
-    monkeypatch.setitem(registry._REGISTRY, "toy-graph", _toy_experiment(run))
+    monkeypatch.setitem(catalog.EXPERIMENTS, "toy-graph", _toy_experiment(run))
     run_experiment("toy-graph", out=out)
     assert seen == {"A": [], "B": ["A"], "C": ["A", "B"]}
 
@@ -502,10 +467,10 @@ def test_in_process_saves_each_cell_before_starting_the_next(tmp_path, monkeypat
 def test_a_cell_starts_as_soon_as_its_own_dependencies_are_done(tmp_path, monkeypatch):
     """No stage barrier: C (which needs B) starts while A, which C does not need, still runs;
     C receives B's result."""
-    from hierbandit.experiments import registry, runner
+    from hierbandit.experiments import catalog, runner
 
     exp = _toy_experiment(_toy_run)
-    monkeypatch.setitem(registry._REGISTRY, "toy-graph", exp)
+    monkeypatch.setitem(catalog.EXPERIMENTS, "toy-graph", exp)
     scripted = _ScriptedExecutor()
     monkeypatch.setattr(runner, "make_executor", lambda workers, scheduler: scripted)
     res = run_experiment("toy-graph", out=tmp_path / "run")

@@ -1,67 +1,29 @@
-"""The offline clustering reproduction: the command at tiny scale, and (slow) the acceptance
-criteria at the default small scale."""
+"""The offline clustering reproduction: the runner at tiny scale, the acceptance logic, and
+(slow) the acceptance criteria at the default small scale (the command: ``tests/cli``)."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
-import typer
-from typer.testing import CliRunner
 
 import hierbandit.experiments.offline as off
-from hierbandit.cli.offline import app
+from hierbandit.experiments.runner import run_experiment
 
-TINY = {
+#: a tiny environment (the keyword overrides of run_offline)
+TINY_ENV = {
     "n_users": 60,
     "n_features": 5,
     "n_clusters": 3,
     "n_candidates": 10,
-    "n_seeds": 1,
     "n_test": 400,
-    "sufficient_sizes": (12_000, 24_000),
-    "insufficient_sizes": (1_200, 3_000),
-    "sweep_sizes": (3_000,),
     "grid_points": 7,
 }
 
 
-@pytest.fixture
-def tiny(monkeypatch):
-    monkeypatch.setitem(off.SCALES, "small", TINY)
-    return TINY
-
-
-def test_cli_reproduce_tiny(tiny, tmp_path):
-    main = typer.Typer()
-    main.add_typer(app, name="offline")
-    out = tmp_path / "res"
-    result = CliRunner().invoke(main, ["offline", "reproduce", "--out", str(out), "--seed", "3"])
-    assert result.exit_code == 0, result.output
-    for name in ("table3.csv", "table3.md", "figure2.png", "figure2.csv", "gamma_sweep.png",
-                 "sufficient_equal.nc", "sufficient_semi-random.nc", "insufficient_equal.nc",
-                 "insufficient_semi-random.nc", "summary.json", "paired.md"):  # fmt: skip
-        assert (out / name).exists(), name
-    summary = json.loads((out / "summary.json").read_text())
-    runs = {"sufficient/equal", "sufficient/semi-random", "insufficient/equal",
-            "insufficient/semi-random"}  # fmt: skip
-    assert set(summary["proposed_beat_baselines"]) == runs
-    assert set(summary["paired"]) == set(summary["verdicts"]) == runs
-    table3 = pd.read_csv(out / "table3.csv", index_col=0)
-    assert sorted(set(table3["distribution"])) == ["equal", "semi-random"]
-    assert list(table3.columns[1:]) == ["12k", "24k"]
-    text = " ".join(result.output.split())  # rich wraps long titles
-    assert "average SubOpt: sufficient data, semi-random distribution" in text
-    assert "paired by seed, sufficient/equal" in text
-    bad = CliRunner().invoke(main, ["offline", "reproduce", "--out", str(out),
-                                    "--lambda-tilde-a", "big"])  # fmt: skip
-    assert bad.exit_code != 0
-
-
-def test_run_offline_structure_and_oracle(tiny):
-    ds = off.run_offline([1_200, 3_000], n_seeds=2, seed=1)
+def test_run_offline_structure_and_oracle():
+    ds = off.run_offline([1_200, 3_000], n_seeds=2, seed=1, **TINY_ENV)
     assert ds["subopt"].dims == ("algorithm", "size", "seed")
     assert list(ds.algorithm.values) == list(off.ALGORITHMS)
     assert np.isfinite(ds["subopt"]).all()
@@ -75,14 +37,28 @@ def test_run_offline_structure_and_oracle(tiny):
         assert float(ds["oracle_gamma"].sel(size=size)) == float(
             ds["gamma"].sel(size=size).isel(gamma_index=j)
         )
+    assert ds.attrs["scale"] == "custom" and ds.attrs["lambda_tilde_a"] == 1.0
     # common random numbers: the same seed gives the same numbers
-    again = off.run_offline([1_200], n_seeds=1, seed=1, algorithms=["LinUCB_IND", "Off-CLUB"])
+    again = off.run_offline(
+        [1_200], n_seeds=1, seed=1, algorithms=["LinUCB_IND", "Off-CLUB"], **TINY_ENV
+    )
     np.testing.assert_allclose(
         again["subopt"].sel(size=1_200, seed=0),
         ds["subopt"].sel(size=1_200, seed=0, algorithm=["LinUCB_IND", "Off-CLUB"]),
     )
     with pytest.raises(ValueError, match="algorithms"):
         off.run_offline([1_200], algorithms=["Nope"])
+    with pytest.raises(TypeError, match="n_user"):
+        off.run_offline([1_200], n_user=10)
+
+
+def test_the_shipped_lambda_tilde_and_its_parsing():
+    assert off.REPRODUCE_LAMBDA_TILDE_A == 1.0  # configs/offline.toml: lambda_tilde_a = "1.0"
+    assert off.parse_lambda_tilde("lambda_a") == "lambda_a"
+    assert off.parse_lambda_tilde("0.25") == 0.25
+    for bad in ("-2", "big", "inf", "0"):
+        with pytest.raises(ValueError, match="lambda_tilde_a"):
+            off.parse_lambda_tilde(bad)
 
 
 def test_acceptance_logic():
@@ -145,8 +121,8 @@ def test_paired_difference_against_a_hand_computation():
 def test_small_scale_insufficient_acceptance(tmp_path):
     """Issue criteria on the insufficient-data runs of the default small scale: Off-C2LUB and
     Off-CLUB below LinUCB_IND and CLUB at every size, SubOpt falls with size, U-shaped sweep."""
-    res = off.run_reproduction(tmp_path, parts=("insufficient",))
-    s = res["summary"]
+    run_experiment("offline", out=tmp_path, scale="small", params={"parts": ["insufficient"]})
+    s = json.loads((tmp_path / "summary.json").read_text())
     for run in ("insufficient/equal", "insufficient/semi-random"):
         assert all(s["proposed_beat_baselines"][run].values()), s["proposed_beat_baselines"]
         for alg in ("Off-C2LUB", "Off-CLUB", "LinUCB_IND"):

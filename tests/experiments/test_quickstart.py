@@ -75,7 +75,6 @@ def test_run_quickstart_smoke(tmp_path):
         seeds=2,
         horizon=100,
         n_users=4,
-        progress=False,
         compare_draws=100,
         compare_tune=100,
     )
@@ -129,7 +128,7 @@ def test_run_quickstart_smoke(tmp_path):
 
 def test_run_quickstart_rejects_bad_settings(tmp_path):
     with pytest.raises(ValueError, match="seeds"):
-        run_quickstart(tmp_path, seeds=0, progress=False)
+        run_quickstart(tmp_path, seeds=0)
     assert not any(tmp_path.iterdir())
 
 

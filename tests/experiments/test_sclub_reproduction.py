@@ -1,4 +1,4 @@
-"""Simulation runner, reproduction and CLI of the SCLUB experiments."""
+"""Simulation runner and reproduction of the SCLUB experiments (the command: ``tests/cli``)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from hierbandit.cli.sclub import app
+from hierbandit.experiments.runner import run_experiment
 from hierbandit.experiments.sclub import (
     audit_clustering,
     check_claims,
@@ -16,7 +15,6 @@ from hierbandit.experiments.sclub import (
     make_policies,
     record_steps,
     regret_table,
-    reproduce,
     run_setting,
     simulate_clustering,
     write_results,
@@ -108,6 +106,8 @@ def test_make_policies_and_env():
         make_policies(20, 4, ["UCB"])
     e = make_env("1b", n_users=40)
     assert e.frequency == "half" and e.n_users == 40 and e.reward == "gaussian"
+    assert e.noise_sd == 0.05  # the shipped configuration's (configs/sclub.toml)
+    assert make_env("1b", n_users=40, reward="bernoulli").reward == "bernoulli"
     with pytest.raises(ValueError, match="setting"):
         make_env("3a")
 
@@ -167,59 +167,10 @@ def test_audit_recovers_clusters_of_a_trained_sclub():
         audit_clustering(pol, method="gibbs")
 
 
-def test_cli_reproduce_and_audit(tmp_path):
-    runner = CliRunner()
-    out = tmp_path / "repro"
-    result = runner.invoke(
-        app,
-        [
-            "reproduce",
-            "--horizon",
-            "600",
-            "--users",
-            "20",
-            "--seeds",
-            "2",
-            "--setting",
-            "1b",
-            "--out",
-            str(out),
-            "--jobs",
-            "1",
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    assert "claims hold" in result.output
-    assert (out / "table1.md").exists() and (out / "sclub_1b.nc").exists()
-    result = runner.invoke(
-        app, ["reproduce", "--setting", "9z", "--horizon", "10", "--out", str(out)]
-    )
-    assert result.exit_code == 2 and "settings" in result.output
-    aud = tmp_path / "audit"
-    result = runner.invoke(
-        app,
-        [
-            "audit",
-            "--setting",
-            "1a",
-            "--horizon",
-            "800",
-            "--users",
-            "20",
-            "--components",
-            "3",
-            "--out",
-            str(aud),
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    assert (aud / "audit_1a.png").exists() and "ari_mixture_truth" in result.output
-
-
 @pytest.mark.slow
 def test_small_scale_reproduction_meets_the_claims(tmp_path):
-    """The documented small-scale run: SCLUB < CLUB, LinUCB-Ind in 1b, 1c, 2b; One worst;
-    SCLUB ≈ m clusters on 1a and 1b."""
-    res = reproduce(scale="small", n_jobs=2, out=tmp_path)
-    claims = check_claims(res)
+    """The documented small-scale run (``hierbandit experiment run sclub``): SCLUB < CLUB,
+    LinUCB-Ind in 1b, 1c, 2b; One worst; SCLUB ≈ m clusters on 1a and 1b."""
+    run_experiment("sclub", out=tmp_path, scale="small", workers=2)
+    claims = json.loads((tmp_path / "summary.json").read_text())["claims"]
     assert claims["all_hold"], claims

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 
 import numpy as np
 import pandas as pd
@@ -233,9 +234,15 @@ def test_oracle_regret_zero_for_oracle_policy():
     assert float(cumulative_regret(ds, kind="oracle").isel(step=-1).max()) == pytest.approx(0.0)
 
 
-def test_progress_bar_runs(env):
-    ds = simulate({"a0": Arm0(N, K, D)}, env, 5, 2, progress=True)
-    assert ds.sizes["seed"] == 2
+def test_progress_is_reported_as_log_records(env, caplog):
+    """One record per (seed × policy) on the progress logger, then the finished mark; the
+    Dataset is the same whether anyone listens."""
+    quiet = simulate({"a0": Arm0(N, K, D)}, env, 5, 2)
+    with caplog.at_level(logging.DEBUG, logger="hierbandit.progress"):
+        ds = simulate({"a0": Arm0(N, K, D)}, env, 5, 2)
+    steps = [r.progress for r in caplog.records if hasattr(r, "progress")]
+    assert steps == [(0, 2, "simulate"), (1, 2, "simulate"), (2, 2, "simulate"), (2, 2, "simulate")]
+    xr.testing.assert_identical(ds, quiet)
 
 
 # ---------------------------------------------------------------------- summaries
@@ -317,7 +324,6 @@ def test_summary_validation(hand_ds):
         ({"seed": "0"}, TypeError, "seed"),
         ({"redraw_env": 1}, TypeError, "redraw_env"),
         ({"oracle_regret": "yes"}, TypeError, "oracle_regret"),
-        ({"progress": None}, TypeError, "progress"),
     ],
 )
 def test_simulate_invalid_arguments(env, kwargs, exc, name):
