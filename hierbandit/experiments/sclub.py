@@ -599,10 +599,10 @@ def check_claims(datasets: Mapping[str, xr.Dataset]) -> dict[str, Any]:
     * LinUCB-One has the largest mean final regret in every setting;
     * on the synthetic settings SCLUB's final number of clusters is close to m (within a factor
       of 1.5, mean over seeds); the mean adjusted Rand index of its final clustering against the
-      truth is reported as ``sclub_ari_truth``. Setting (1c) draws a frequency per user, which violates SCLUB's
-      assumption that users of a cluster are equally frequent (decision C-26 of ``docs/sclub.md``): SCLUB
-      then also separates users by frequency, so its cluster count is recorded but not held to
-      m (``frequency_assumption_violated``).
+      truth is reported as ``sclub_ari_truth``. Setting (1c) draws a frequency per user, which
+      violates SCLUB's assumption that users of a cluster are equally frequent (decision C-26
+      of ``docs/sclub.md``): SCLUB then also separates users by frequency, so its cluster count
+      is recorded but not held to m (``frequency_assumption_violated``).
 
     ``all_hold`` is the conjunction of every checked claim.
     """

@@ -14,9 +14,9 @@ Seeding
   reordering the mapping changes which stream each policy gets.
 
 The rollout stream does not depend on the policies, so every policy of a seed faces the same
-arrivals, contexts and noise (common random numbers, ``docs/maths/simulation.md``), and the same action at
-the same round pays the same reward. Rerunning with the same arguments reproduces the results
-bit for bit.
+arrivals, contexts and noise (common random numbers; ``docs/maths/simulation.md`` shows how the
+streams stay identical in the compiled loop), and the same action at the same round pays the
+same reward. Rerunning with the same arguments reproduces the results bit for bit.
 """
 
 from __future__ import annotations
@@ -209,8 +209,8 @@ def simulate(
         Draw fresh environment parameters per seed with ``env.clone(rng)`` (the ebm protocol).
         ``False`` reuses ``env``'s parameters for every seed.
     oracle_regret
-        Also record the ebm Appendix F "oracle-policy" regret (``docs/maths/simulation.md``): at each
-        round, before updating, the action the policy would take for every instance ``j`` at
+        Also record the ebm paper's Appendix F "oracle-policy" regret: at each round, before
+        updating, the action the policy would take for every instance ``j`` at
         the same context ``x_t``, weighted by ``p_j``. The realised instance uses the action
         actually taken; the others are evaluated on the policy itself when its class sets
         ``_select_is_pure = True`` (``_select`` changes no state, not even an RNG), and
