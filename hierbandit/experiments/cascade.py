@@ -397,7 +397,8 @@ def combine_n_users(results: Mapping[int, xr.Dataset], scale: str) -> xr.Dataset
         scale=scale,
         n_users_grid=[int(n) for n in Ns],
         description=(
-            "Park & Jia (2025) Figure 5 on specs/cascading.md §6.3: d=K=5, H=3, "
+            "Park & Jia (2025) Figure 5 on the spec's §6.3 configuration (docs/cascading.md): "
+            "d=K=5, H=3, "
             "e=linspace(1,3,K), alpha=linspace(0.5,-2.5,K), theta_x=u/|u|, x~N(0,I)"
         ),
     )
