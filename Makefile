@@ -48,7 +48,7 @@ bench: env
 
 ## the ebm paper's Figure 1 (both settings) and Figure 2
 figures: env
-	$(BIN)/hierbandit ebm figures --seeds 20 --horizon 5000 --out results/ebm
+	$(BIN)/hierbandit experiment run ebm-synthetic --scale paper --seeds 20 --out results/ebm
 
 ## the documentation site (Sphinx, warnings are errors), into docs/_build/html
 docs: env
