@@ -1,9 +1,26 @@
 """The Bayesian layer: fit priors to historical data, PyMC models of the same generative stories,
-full MCMC, closed-form-vs-MCMC comparison and ArviZ diagnostics.
+full MCMC, closed-form-vs-MCMC comparison and ArviZ diagnostics (``docs/bayes.md``).
 
-Imported lazily: ``import hierbandit.bayes`` is cheap, and PyMC is imported only when a name that
-needs it is first used. Nothing on the online path (``hierbandit.stats``, ``policies``, ``envs``,
-``experiments``) imports PyMC.
+Imported lazily: ``import hierbandit.bayes`` is cheap and changes no process-wide setting. Each
+name is imported on first use, and PyMC, PyTensor, ArviZ and JAX only with a name that needs them.
+JAX is configured (host devices, compilation cache: :func:`configure_host_devices`,
+:func:`configure_compilation_cache`) when a full-Bayes sampler first runs, unless the user has
+configured it. Nothing below this layer (the statistics core, the logs, the papers' folders)
+imports PyMC.
+
+=============================  ===============================================================
+module                         contents
+=============================  ===============================================================
+``prior``, ``fit``             the ebm prior: :class:`HierarchicalPrior`, :func:`fit_prior`
+``models``                     the full-Bayes models of the ebm prior
+``sampling``                   :func:`sample`, the one NUTS entry point
+``sampler_config``             :class:`SamplerConfig`, the settings of every sampler run
+``diagnostics``                :func:`diagnose` (R-hat, ESS, divergences)
+``conditional``                closed form vs NUTS with fixed hyperparameters
+``cascade``                    the logistic click model and :class:`CascadePrior`
+``cascade_audit``              Laplace vs NUTS on a cascade log
+``boc``, ``sclub``             the mixtures that audit BOC's and SCLUB's partitions
+=============================  ===============================================================
 """
 
 from __future__ import annotations
@@ -11,49 +28,46 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hierbandit.bayes._devices import configure_compilation_cache, configure_host_devices
-
-configure_host_devices()
-configure_compilation_cache()
-
+#: public name -> module that defines it
 _EXPORTS = {
-    "fit_mixture": "mixture",
-    "mixture_loglik": "mixture",
-    "mixture_model": "mixture",
-    "GMMDiagnostic": "gmm",
-    "diagnose_boc": "gmm",
-    "diagnose_partition": "gmm",
-    "exact_coclustering": "gmm",
-    "gmm_model": "gmm",
-    "CascadeLog": "cascade",
-    "CascadePrior": "cascade",
-    "LaplaceNUTSComparison": "cascade",
-    "cascade_click_model": "cascade",
-    "cascade_laplace": "cascade",
-    "compare_laplace_nuts": "cascade",
-    "fit_cascade_prior": "cascade",
-    "load_cascade_prior": "cascade",
-    "read_cascade_log": "cascade",
-    "ClosedFormComparison": "conditional",
-    "closed_form_posterior": "conditional",
-    "compare_closed_form": "conditional",
-    "conditional_model": "conditional",
-    "Diagnostics": "diagnostics",
-    "diagnose": "diagnostics",
-    "fit_prior": "fit",
-    "prior_from_arrays": "fit",
-    "METHODS": "fit",
-    "HierarchicalPrior": "prior",
-    "load_prior": "prior",
-    "upgrade_prior": "prior",
-    "HyperPriors": "models",
-    "collapsed_model": "models",
-    "uncollapsed_model": "models",
-    "add_conditional_draws": "models",
-    "sample": "sampling",
-    "available_samplers": "sampling",
-    "configure_host_devices": "_devices",
-    "configure_compilation_cache": "_devices",
+    "fit_mixture": "hierbandit.bayes.sclub",
+    "mixture_loglik": "hierbandit.bayes.sclub",
+    "mixture_model": "hierbandit.bayes.sclub",
+    "GMMDiagnostic": "hierbandit.bayes.boc",
+    "diagnose_boc": "hierbandit.bayes.boc",
+    "diagnose_partition": "hierbandit.bayes.boc",
+    "exact_coclustering": "hierbandit.bayes.boc",
+    "gmm_model": "hierbandit.bayes.boc",
+    "CascadeLog": "hierbandit.data.cascade_log",
+    "read_cascade_log": "hierbandit.data.cascade_log",
+    "CascadePrior": "hierbandit.bayes.cascade",
+    "cascade_click_model": "hierbandit.bayes.cascade",
+    "cascade_laplace": "hierbandit.bayes.cascade",
+    "fit_cascade_prior": "hierbandit.bayes.cascade",
+    "load_cascade_prior": "hierbandit.bayes.cascade",
+    "LaplaceNUTSComparison": "hierbandit.bayes.cascade_audit",
+    "compare_laplace_nuts": "hierbandit.bayes.cascade_audit",
+    "ClosedFormComparison": "hierbandit.bayes.conditional",
+    "closed_form_posterior": "hierbandit.bayes.conditional",
+    "compare_closed_form": "hierbandit.bayes.conditional",
+    "conditional_model": "hierbandit.bayes.conditional",
+    "Diagnostics": "hierbandit.bayes.diagnostics",
+    "diagnose": "hierbandit.bayes.diagnostics",
+    "fit_prior": "hierbandit.bayes.fit",
+    "prior_from_arrays": "hierbandit.bayes.fit",
+    "METHODS": "hierbandit.bayes.fit",
+    "HierarchicalPrior": "hierbandit.bayes.prior",
+    "load_prior": "hierbandit.bayes.prior",
+    "upgrade_prior": "hierbandit.bayes.prior",
+    "HyperPriors": "hierbandit.bayes.models",
+    "collapsed_model": "hierbandit.bayes.models",
+    "uncollapsed_model": "hierbandit.bayes.models",
+    "add_conditional_draws": "hierbandit.bayes.models",
+    "sample": "hierbandit.bayes.sampling",
+    "available_samplers": "hierbandit.bayes.sampler_config",
+    "SamplerConfig": "hierbandit.bayes.sampler_config",
+    "configure_host_devices": "hierbandit.bayes._devices",
+    "configure_compilation_cache": "hierbandit.bayes._devices",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -61,7 +75,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

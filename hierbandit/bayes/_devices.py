@@ -1,5 +1,10 @@
 """JAX configuration: host devices and the on-disk compilation cache (no heavy imports, so it
-can run before JAX starts)."""
+can run before JAX starts).
+
+Importing :mod:`hierbandit.bayes` changes no process-wide setting. The first full-Bayes sampler
+run of a process calls both functions (:func:`hierbandit.bayes.sampling.sample`), unless JAX has
+already started or the user configured them; users and the command may call them earlier.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +19,8 @@ def configure_host_devices(n: int | None = None) -> None:
     """Let JAX run MCMC chains in parallel on ``n`` CPU host devices (default: the core count).
 
     Sets ``XLA_FLAGS`` as ``numpyro.set_host_device_count`` does, unless it already asks for a
-    device count. It takes effect only if JAX's backend has not started yet, which is why
-    importing :mod:`hierbandit.bayes` calls it.
+    device count. It takes effect only if JAX's backend has not started yet, which is why the
+    first sampler run calls it before anything starts JAX; call it yourself to choose ``n``.
     """
     flags = os.environ.get("XLA_FLAGS", "")
     if _DEVICE_FLAG in flags:
@@ -36,8 +41,9 @@ def configure_compilation_cache(path: str | os.PathLike[str] | None = None) -> P
     the same shape, in any process, reuses them. The folder is ``path``, else the environment
     variable ``HIERBANDIT_JAX_CACHE``, else ``$XDG_CACHE_HOME/hierbandit/jax`` (by default
     ``~/.cache/hierbandit/jax``). ``HIERBANDIT_JAX_CACHE=0`` (or ``off``) disables it, and a
-    ``JAX_COMPILATION_CACHE_DIR`` set by the user wins. Importing :mod:`hierbandit.bayes` calls
-    this. Returns the folder in use, or ``None`` when the cache is off.
+    ``JAX_COMPILATION_CACHE_DIR`` set by the user wins. The first sampler run of a process calls
+    this unless a cache folder is already configured. Returns the folder in use, or ``None``
+    when the cache is off.
     """
     if path is None:
         setting = os.environ.get("HIERBANDIT_JAX_CACHE", "").strip()
@@ -72,3 +78,24 @@ def configure_compilation_cache(path: str | os.PathLike[str] | None = None) -> P
         for key, value in options.items():
             os.environ[key.upper()] = str(value)
     return folder
+
+
+def jax_started() -> bool:
+    """Whether JAX's backend has started in this process (then ``XLA_FLAGS`` no longer applies)."""
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    if bridge is None:
+        return False
+    started = getattr(bridge, "backends_are_initialized", None)
+    if started is not None:
+        return bool(started())
+    return bool(getattr(bridge, "_backends", None))  # pragma: no cover - older JAX
+
+
+def cache_configured() -> bool:
+    """Whether a compilation-cache folder is set in JAX's configuration (by the user or by
+    :func:`configure_compilation_cache`) or by the environment."""
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return True
+    if "jax" in sys.modules:
+        return bool(sys.modules["jax"].config.jax_compilation_cache_dir)
+    return False

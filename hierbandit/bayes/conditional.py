@@ -1,7 +1,8 @@
 """Sampling vs closed form: the ebm two-level model with fixed hyperparameters, in PyMC.
 
 Given the covariance Σ_k, the noise variance σ_k² and the hyperprior precision λ, every arm's
-model is a Gaussian hierarchical linear regression (specs/ebm.md §1.3, §8.1)::
+model is a Gaussian hierarchical linear regression (``docs/maths/ebm.md`` §1; ``docs/bayes.md``,
+Sampling vs closed form)::
 
     β_{k0}         ~ N(0, λ⁻¹ I)
     β_{k,j} | β_{k0} ~ N(β_{k0}, Σ_k)                 (non-centred: β_{k,j} = β_{k0} + L_k z_{k,j})
@@ -12,7 +13,7 @@ Its posterior is exactly Gaussian and equals the closed form of
 Monte-Carlo error. :func:`conditional_model` builds the PyMC model for all arms at once,
 :func:`closed_form_posterior` computes the exact answer as an :class:`xarray.Dataset`, and
 :func:`compare_closed_form` samples the model and compares the two parameter by parameter in units
-of the Monte-Carlo standard error (spec §8.3).
+of the Monte-Carlo standard error (``docs/bayes.md`` §6).
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ from hierbandit._validation import (
     _as_float_array,
     check_choice,
     check_covariance,
-    check_positive_int,
     check_scalar,
     check_vector,
 )
 from hierbandit.bayes.diagnostics import _ARVIZ_NUMPY_DEPRECATION, Diagnostics, diagnose
+from hierbandit.bayes.sampler_config import SamplerConfig, resolve_sampler
 from hierbandit.stats.hierarchical import posterior_cross_covariances, posterior_given_hyper
 from hierbandit.stats.suffstats import suffstats
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "CLOSED_FORM_SAMPLER",
     "ClosedFormComparison",
     "closed_form_posterior",
     "compare_closed_form",
@@ -55,6 +57,11 @@ __all__ = [
 ]
 
 _PARAMETERIZATIONS = ("noncentered", "centered")
+
+#: NUTS settings of :func:`compare_closed_form` unless given: ``SamplerConfig()`` with 2,000
+#: draws per chain, twice the default, so that the Monte-Carlo standard errors the comparison is
+#: measured in are small next to the posterior standard deviations
+CLOSED_FORM_SAMPLER = SamplerConfig(draws=2000)
 _LOG_ATTRS = ("X", "y", "instance", "arm", "n_instances", "n_arms", "n_features")
 
 
@@ -124,7 +131,7 @@ def _check_hyperparameters(
 def conditional_model(
     log: Any, Sigma: Any, sigma2: Any, lam: float, *, parameterization: str = "noncentered"
 ) -> pm.Model:
-    """The ebm two-level model of every arm with the hyperparameters held fixed (spec §8.1).
+    """The ebm two-level model of every arm with the hyperparameters held fixed.
 
     Parameters
     ----------
@@ -154,7 +161,7 @@ def conditional_model(
     -----
     With Σ_k = U_k diag(w_k) U_kᵀ (eigendecomposition, w ≥ 0):
 
-    * ``"noncentered"`` (spec §8.1): β_{k,j} = β_{k0} + L_k z_{k,j}, z ~ N(0, I), with the eigen
+    * ``"noncentered"`` (the default): β_{k,j} = β_{k0} + L_k z_{k,j}, z ~ N(0, I), with the eigen
       square root L_k = U_k diag(√w_k) (L_k L_kᵀ = Σ_k exactly; not triangular). A singular Σ_k
       needs no jitter, and β has exactly the prior N(β_{k0}, Σ_k). Samples best when the
       instances have little data.
@@ -354,7 +361,7 @@ class ClosedFormComparison:
 
     @property
     def verdict(self) -> str:
-        """``"agree"``, ``"mismatch"`` or ``"sampler problem"`` (diagnostics failed; spec §8.3).
+        """``"agree"``, ``"mismatch"`` or ``"sampler problem"`` (diagnostics failed).
 
         A failed diagnostic takes precedence: a disagreement from a sampler that did not
         converge says nothing about the closed form.
@@ -369,7 +376,7 @@ class ClosedFormComparison:
         return self.table.loc[key.sort_values(ascending=False).index[:n]]
 
     def covariance_table(self) -> pd.DataFrame:
-        """MCMC vs closed-form covariance of every coefficient vector (spec §8.3 check 1–2).
+        """MCMC vs closed-form covariance of every coefficient vector (``docs/bayes.md`` §6).
 
         Returns
         -------
@@ -565,12 +572,13 @@ def compare_closed_form(
     sigma2: Any,
     lam: float,
     *,
-    draws: int = 2000,
-    tune: int = 1000,
-    chains: int = 2,
-    target_accept: float = 0.9,
-    random_seed: int = 0,
-    nuts_sampler: str = "numpyro",
+    sampler: SamplerConfig | None = None,
+    draws: int | None = None,
+    tune: int | None = None,
+    chains: int | None = None,
+    target_accept: float | None = None,
+    random_seed: int | None = None,
+    nuts_sampler: str | None = None,
     instance: str = "instance",
     arm: str = "arm",
     reward: str = "reward",
@@ -580,7 +588,7 @@ def compare_closed_form(
     dense_mass: bool = True,
     rhat_max: float = 1.01,
     ess_min: float = 400,
-    progressbar: bool = False,
+    progressbar: bool | None = None,
     warn: bool = True,
     **sample_kwargs: Any,
 ) -> ClosedFormComparison:
@@ -597,16 +605,19 @@ def compare_closed_form(
         Fixed noise variance σ_k² (> 0).
     lam : float
         Precision of the shared-mean hyperprior (≥ 0).
-    draws, tune, chains, target_accept, random_seed
-        NUTS settings, passed to :func:`pymc.sample`.
-    nuts_sampler : {"numpyro", "pymc", "nutpie"}
-        NUTS implementation (``nutpie`` only when installed). With numpyro and fewer JAX devices
-        than chains the chains run ``sequential`` unless ``nuts_sampler_kwargs={"chain_method":
-        ...}`` says otherwise.
+    sampler : SamplerConfig, optional
+        NUTS settings (default :data:`CLOSED_FORM_SAMPLER`: 2 chains × 2,000 draws after 1,000
+        tuning steps, ``target_accept=0.9``, seed 0, numpyro; at least 4 draws). The backend is
+        ``"numpyro"``, ``"pymc"`` or ``"nutpie"`` (only when installed). numpyro without further
+        options runs through :func:`hierbandit.bayes.sample`; anything else through
+        :func:`pymc.sample`, where with numpyro and fewer JAX devices than chains the chains run
+        ``sequential`` unless ``nuts_sampler_kwargs={"chain_method": ...}`` says otherwise.
+    draws, tune, chains, target_accept, random_seed, nuts_sampler, progressbar
+        Replace the matching fields of ``sampler`` when given.
     instance, arm, reward, features
         Column names for :func:`~hierbandit.data.read_log`.
     tolerance : float
-        Largest acceptable ``|z|`` (in MCSE units) for every mean and sd (spec §8.3: 4).
+        Largest acceptable ``|z|`` (in MCSE units) for every mean and sd (default 4).
     parameterization : {"noncentered", "centered"}
         Passed to :func:`conditional_model`.
     dense_mass : bool
@@ -618,12 +629,11 @@ def compare_closed_form(
         goes from about 160 (diagonal) to about 3500.
     rhat_max, ess_min
         Diagnostic thresholds passed to :func:`~hierbandit.bayes.diagnose`.
-    progressbar : bool
-        Show the sampler's progress bar.
     warn : bool
         Warn (``UserWarning``) when the diagnostics find problems.
     **sample_kwargs
-        Anything else for :func:`pymc.sample` (``nuts_sampler_kwargs``, ``cores``, ``init``…).
+        Anything else for :func:`pymc.sample` (``nuts_sampler_kwargs``, ``cores``, ``init``…),
+        joined to the ``sampler``'s options.
 
     Returns
     -------
@@ -644,17 +654,21 @@ def compare_closed_form(
     log = _as_log(data, instance=instance, arm=arm, reward=reward, features=features)
     K, d = int(log.n_arms), int(log.n_features)
     Sigma, s2, lam = _check_hyperparameters(Sigma, sigma2, lam, K, d)
-    draws = check_positive_int(draws, "draws", minimum=4)
-    tune = check_positive_int(tune, "tune", minimum=0)
-    chains = check_positive_int(chains, "chains")
-    target_accept = check_scalar(
-        target_accept, "target_accept", low=0.0, high=1.0, low_inclusive=False
+    cfg = resolve_sampler(
+        sampler,
+        CLOSED_FORM_SAMPLER,
+        min_draws=4,
+        extra=sample_kwargs,
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        target_accept=target_accept,
+        random_seed=random_seed,
+        nuts_sampler=nuts_sampler,
+        progressbar=progressbar,
     )
-    if target_accept >= 1.0:
-        raise ValueError(f"target_accept must be < 1, got {target_accept}")
-    random_seed = check_positive_int(random_seed, "random_seed", minimum=0)
     tolerance = check_scalar(tolerance, "tolerance", low=0.0, low_inclusive=False)
-    check_choice(nuts_sampler, _available_samplers(), "nuts_sampler")
+    check_choice(cfg.nuts_sampler, _available_samplers(), "nuts_sampler")
     check_choice(parameterization, _PARAMETERIZATIONS, "parameterization")
     if not isinstance(dense_mass, bool | np.bool_):
         raise TypeError(f"dense_mass must be a bool, got {type(dense_mass).__name__}")
@@ -662,44 +676,39 @@ def compare_closed_form(
     closed = closed_form_posterior(log, Sigma, s2, lam)  # also rejects an improper posterior
     model = conditional_model(log, Sigma, s2, lam, parameterization=parameterization)
     start = time.perf_counter()
-    if nuts_sampler == "numpyro" and not sample_kwargs:
+    if cfg.nuts_sampler == "numpyro" and cfg.driver == "direct" and not cfg.options:
         # the package's numpyro driver (parallel chains, no pm.sample wrapper overhead)
         from hierbandit.bayes.sampling import sample
 
-        idata = sample(
-            model,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            target_accept=target_accept,
-            random_seed=random_seed,
-            progressbar=progressbar,
-            dense_mass=bool(dense_mass),
-        )
+        idata = sample(model, cfg, dense_mass=bool(dense_mass))
     else:
-        _sampler_options(sample_kwargs, nuts_sampler, chains, bool(dense_mass))
+        from hierbandit.bayes.sampling import _configure_jax
+
+        _configure_jax()  # before _sampler_options asks JAX for its devices
+        options = dict(cfg.options)
+        _sampler_options(options, cfg.nuts_sampler, cfg.chains, bool(dense_mass))
         with model:
             idata = pm.sample(
-                draws=draws,
-                tune=tune,
-                chains=chains,
-                target_accept=target_accept,
-                random_seed=random_seed,
-                nuts_sampler=nuts_sampler,
-                progressbar=progressbar,
+                draws=cfg.draws,
+                tune=cfg.tune,
+                chains=cfg.chains,
+                target_accept=cfg.target_accept,
+                random_seed=cfg.random_seed,
+                nuts_sampler=cfg.nuts_sampler,
+                progressbar=cfg.progressbar,
                 compute_convergence_checks=False,
-                **sample_kwargs,
+                **options,
             )
     wall = time.perf_counter() - start
     table = _comparison_table(idata, closed, tolerance)
     diag = diagnose(idata, rhat_max=rhat_max, ess_min=ess_min, warn=warn)
     settings = {
-        "draws": draws,
-        "tune": tune,
-        "chains": chains,
-        "target_accept": target_accept,
-        "random_seed": random_seed,
-        "nuts_sampler": nuts_sampler,
+        "draws": cfg.draws,
+        "tune": cfg.tune,
+        "chains": cfg.chains,
+        "target_accept": cfg.target_accept,
+        "random_seed": cfg.random_seed,
+        "nuts_sampler": cfg.nuts_sampler,
         "parameterization": parameterization,
         "dense_mass": bool(dense_mass),
         "wall_time": wall,

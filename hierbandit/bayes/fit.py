@@ -7,16 +7,16 @@ warm-starts from any of them.
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from hierbandit._validation import check_choice, check_positive_int, check_scalar
-from hierbandit._version import __version__
+from hierbandit._validation import check_choice, check_scalar
+from hierbandit.bayes._artifact import provenance_attrs
 from hierbandit.bayes.prior import HierarchicalPrior
+from hierbandit.bayes.sampler_config import SamplerConfig, resolve_sampler
 from hierbandit.data import HistoricalLog, check_min_rows, read_log
 from hierbandit.stats import EBOptions, empirical_bayes, fit_type2_ml, posterior_given_hyper
 
@@ -151,17 +151,9 @@ def prior_from_arrays(
 
 
 def _provenance(log: HistoricalLog, method: str, config: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "method": method,
-        "hierbandit_version": __version__,
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "data_hash": log.data_hash,
-        "data_source": log.source,
-        "n_rows": log.n_rows,
-        "n_instances": log.n_instances,
-        "config": config,
-        "data": log.provenance(),
-    }
+    return provenance_attrs(
+        method, log, n_instances=log.n_instances, config=config, data=log.provenance()
+    )
 
 
 def _fit_per_arm(
@@ -218,7 +210,7 @@ def _fit_mcmc(
     hyper: Any,
     collapsed: bool,
     collapse_shared_mean: bool,
-    sampler: dict[str, Any],
+    sampler: SamplerConfig,
 ) -> HierarchicalPrior:
     from hierbandit.bayes.models import (
         HyperPriors,
@@ -236,9 +228,9 @@ def _fit_mcmc(
         model = collapsed_model(log, hyper=hyper, collapse_shared_mean=collapse_shared_mean)
     else:
         model = uncollapsed_model(log, hyper=hyper)
-    idata = sample(model, **sampler)
+    idata = sample(model, sampler)
     if collapsed:
-        add_conditional_draws(idata, log, hyper=hyper, rng=sampler.get("random_seed"))
+        add_conditional_draws(idata, log, hyper=hyper, rng=sampler.random_seed)
     post = idata.posterior
     Sigma = post["Sigma"].mean(("chain", "draw")).values
     sigma2 = (post["sigma"] ** 2).mean(("chain", "draw")).values
@@ -250,7 +242,7 @@ def _fit_mcmc(
         "hyper": hyper.to_dict(),
         "collapsed": collapsed,
         "collapse_shared_mean": collapse_shared_mean,
-        "sampler": {k: v for k, v in sampler.items() if k != "progressbar"},
+        "sampler": sampler.record(),
     }
     return prior_from_arrays(
         m,
@@ -278,13 +270,14 @@ def fit_prior(
     hyper: Any = None,
     collapsed: bool = True,
     collapse_shared_mean: bool = True,
-    draws: int = 1000,
-    tune: int = 1000,
-    chains: int = 2,
-    target_accept: float = 0.9,
-    random_seed: int = 0,
-    nuts_sampler: str = "numpyro",
-    progressbar: bool = False,
+    sampler: SamplerConfig | None = None,
+    draws: int | None = None,
+    tune: int | None = None,
+    chains: int | None = None,
+    target_accept: float | None = None,
+    random_seed: int | None = None,
+    nuts_sampler: str | None = None,
+    progressbar: bool | None = None,
     **sampler_kwargs: Any,
 ) -> HierarchicalPrior:
     """Fit a per-arm hierarchical prior (shared mean, Σ_k, σ²_k) to a historical log.
@@ -313,9 +306,13 @@ def fit_prior(
         Precision of the shared-mean prior; default 0.001 for "eb"/"mcmc", 0 for "ml".
     hyper : HyperPriors, optional
         Priors of the full-Bayes model (``method="mcmc"``).
+    sampler : SamplerConfig, optional
+        NUTS settings of ``method="mcmc"`` (default ``SamplerConfig()``: 2 chains × 1,000 draws
+        after 1,000 tuning steps, ``target_accept=0.9``, seed 0, numpyro).
     draws, tune, chains, target_accept, random_seed, nuts_sampler, progressbar, **sampler_kwargs
-        Passed to the NUTS sampler (``nuts_sampler`` is "numpyro", "pymc", "nutpie" or
-        "blackjax", as installed).
+        Replace the matching fields of ``sampler`` when given; further keyword arguments are
+        backend options (``SamplerConfig.options``). ``random_seed`` (default 0, or the
+        ``sampler``'s) also seeds the cross-validation of ``method="eb"``.
 
     Returns
     -------
@@ -345,6 +342,8 @@ def fit_prior(
         options = eb_options if eb_options is not None else EBOptions(eb_iters=20)
         if not isinstance(options, EBOptions):
             raise TypeError("eb_options must be an EBOptions instance")
+        if random_seed is None:
+            random_seed = resolve_sampler(sampler, SamplerConfig()).random_seed
         return _fit_eb(log, lam, options, random_seed)
     if method == "ml":
         check_min_rows(
@@ -354,21 +353,23 @@ def fit_prior(
         return _fit_ml(log, lam, check_scalar(ml_tol, "ml_tol", low=0.0, low_inclusive=False))
     check_min_rows(log, per_arm=1, method="mcmc")
     _check_rewards_vary(log)
-    sampler = {
-        "draws": check_positive_int(draws, "draws"),
-        "tune": check_positive_int(tune, "tune", minimum=0),
-        "chains": check_positive_int(chains, "chains"),
-        "target_accept": check_scalar(target_accept, "target_accept", low=0.0, high=1.0),
-        "random_seed": check_positive_int(random_seed, "random_seed", minimum=0),
-        "nuts_sampler": nuts_sampler,
-        "progressbar": bool(progressbar),
-        **sampler_kwargs,
-    }
+    config = resolve_sampler(
+        sampler,
+        SamplerConfig(),
+        extra=sampler_kwargs,
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        target_accept=target_accept,
+        random_seed=random_seed,
+        nuts_sampler=nuts_sampler,
+        progressbar=progressbar,
+    )
     return _fit_mcmc(
         log,
         lam,
         hyper=hyper,
         collapsed=bool(collapsed),
         collapse_shared_mean=bool(collapse_shared_mean),
-        sampler=sampler,
+        sampler=config,
     )

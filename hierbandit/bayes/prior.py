@@ -9,21 +9,21 @@ Files are netCDF only (never pickle): the prior's variables at the root group, t
 InferenceData groups under ``/idata``, sealed with their size and SHA-256
 (:mod:`hierbandit._container`). :meth:`HierarchicalPrior.save` writes to a temporary file in the
 same folder and atomically renames it, so an interrupted save leaves the previous file intact;
-:meth:`HierarchicalPrior.load` treats the file as untrusted input. This module does not import PyMC.
+:meth:`HierarchicalPrior.load` treats the file as untrusted input. Saving, loading, provenance and
+equality are those of every fitted prior (:class:`~hierbandit.bayes._artifact.PriorArtifact`;
+``docs/bayes.md``, Persistence). This module does not import PyMC.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from hierbandit._container import read_netcdf
-from hierbandit._io import decode_attrs, netcdf_attrs, write_sealed_netcdf
-from hierbandit.errors import InvalidFileError
+from hierbandit.bayes._artifact import PriorArtifact, prior_tree, read_prior_tree
 
 __all__ = ["HierarchicalPrior", "load_prior", "prior_tree", "read_prior_tree", "upgrade_prior"]
 
@@ -51,56 +51,7 @@ def _check_psd(mats: np.ndarray, name: str) -> None:
             raise ValueError(f"{name} must be positive semi-definite")
 
 
-def prior_tree(dataset: xr.Dataset, idata: Any) -> xr.DataTree:
-    """A prior's file layout: its variables at the root, the InferenceData under ``idata``."""
-    root = dataset.copy()
-    root.attrs = netcdf_attrs(dict(dataset.attrs))
-    children: dict[str, xr.Dataset] = {"/": root}
-    if idata is not None:
-        for group in idata.groups():
-            ds = idata[group].copy()
-            ds.attrs = netcdf_attrs(dict(ds.attrs))
-            children[f"/idata/{group}"] = ds
-    return xr.DataTree.from_dict(children)
-
-
-def read_prior_tree(tree: xr.DataTree) -> tuple[xr.Dataset, Any]:
-    """Inverse of :func:`prior_tree`: the root Dataset and the InferenceData (or ``None``)."""
-    unknown = set(tree.children) - {"idata"}
-    if unknown:
-        raise ValueError(f"unexpected groups {sorted(unknown)} in a prior")
-    root = tree.to_dataset().load()
-    root.attrs = decode_attrs(dict(root.attrs))
-    idata = None
-    if "idata" in tree.children:
-        import arviz as az
-
-        groups = {}
-        for name, node in tree["idata"].children.items():
-            if node.children:
-                raise ValueError(f"unexpected groups under idata/{name} in a prior")
-            ds = _group_dataset(node)
-            ds.attrs = decode_attrs(dict(ds.attrs))
-            groups[name] = ds
-        idata = az.InferenceData(**groups)
-    return root, idata
-
-
-def _group_dataset(node: xr.DataTree) -> xr.Dataset:
-    """A stored InferenceData group with the coordinates it uses, including those the DataTree
-    stored once at the root (DataTree does not repeat coordinates its children inherit)."""
-    own = node.to_dataset(inherit=False)
-    full = node.to_dataset(inherit=True)
-    used = {dim for var in own.data_vars.values() for dim in var.dims}
-    extra = {
-        name: full[name]
-        for name in full.coords
-        if name not in own.coords and set(full[name].dims) <= used
-    }
-    return own.assign_coords(extra).load()
-
-
-class HierarchicalPrior:
+class HierarchicalPrior(PriorArtifact):
     """Per-arm hierarchical prior fitted to historical data.
 
     Parameters
@@ -111,11 +62,18 @@ class HierarchicalPrior:
         the fit); attributes hold the provenance (method, λ, data hash, package version…).
     idata : arviz.InferenceData, optional
         Posterior draws of a full-Bayes fit.
+
+    Notes
+    -----
+    ``==`` compares content: the datasets (values, coordinates, provenance) and the draws
+    (:class:`~hierbandit.bayes._artifact.PriorArtifact`). :meth:`to_datatree` and
+    :meth:`from_datatree` let a policy's checkpoint embed the prior (``EbmTS(..., prior=prior)``).
     """
 
-    def __init__(self, dataset: xr.Dataset, idata: Any = None) -> None:
-        if not isinstance(dataset, xr.Dataset):
-            raise TypeError("dataset must be an xarray.Dataset")
+    kind = KIND
+    label = "prior"
+
+    def _validate(self, dataset: xr.Dataset) -> None:
         for name, dims in _REQUIRED.items():
             if name not in dataset:
                 raise ValueError(f"dataset must contain {name!r}")
@@ -129,8 +87,6 @@ class HierarchicalPrior:
             raise ValueError("sigma2 must be positive")
         for name in ("Sigma", "shared_cov"):
             _check_psd(dataset[name].values, name)
-        self.dataset = dataset
-        self.idata = idata
 
     # ------------------------------------------------------------------ arrays
     @property
@@ -169,49 +125,21 @@ class HierarchicalPrior:
     def arms(self) -> np.ndarray:
         return self.dataset["arm"].values
 
-    @property
-    def method(self) -> str:
-        return str(self.dataset.attrs.get("method", "unknown"))
-
-    @property
-    def provenance(self) -> dict[str, Any]:
-        """Where the prior came from: method, configuration, data hash, package version…"""
-        return decode_attrs(dict(self.dataset.attrs))
-
     def __repr__(self) -> str:
         return (
             f"HierarchicalPrior(method={self.method!r}, n_arms={self.n_arms}, "
             f"features={self.features}, idata={'yes' if self.idata is not None else 'no'})"
         )
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, HierarchicalPrior):
-            return NotImplemented
-        if not self.dataset.identical(other.dataset):
-            return False
-        if (self.idata is None) != (other.idata is None):
-            return False
-        if self.idata is None:
-            return True
-        return all(
-            g in other.idata.groups() and self.idata[g].identical(other.idata[g])
-            for g in self.idata.groups()
-        ) and set(self.idata.groups()) == set(other.idata.groups())
-
-    __hash__ = None  # type: ignore[assignment]
-
-    # ------------------------------------------------------------------ persistence
+    # ------------------------------------------------------------------ checkpoints
     def to_datatree(self) -> xr.DataTree:
         """The prior as a DataTree: the variables at the root, InferenceData under ``idata``."""
-        return prior_tree(self.dataset, self.idata)
+        return self._tree()
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the prior to a sealed netCDF file, atomically (never a half-written file at
-        ``path``; :mod:`hierbandit._container`)."""
-        path = Path(path)
-        if path.suffix != ".nc":
-            raise ValueError(f"path must end in .nc, got {path.name!r}")
-        return write_sealed_netcdf(self.to_datatree(), path, KIND)
+    @classmethod
+    def from_datatree(cls, tree: xr.DataTree) -> HierarchicalPrior:
+        """Inverse of :meth:`to_datatree` (the data are loaded into memory)."""
+        return cls._from_tree(tree)  # type: ignore[return-value]
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> HierarchicalPrior:
@@ -228,16 +156,7 @@ class HierarchicalPrior:
         hierbandit.errors.InvalidFileError
             (a ``ValueError``) if the file is not a valid prior, naming the file and why.
         """
-        tree = read_netcdf(path, KIND)
-        try:
-            return cls.from_datatree(tree)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise InvalidFileError(path, f"invalid prior ({exc})") from None
-
-    @classmethod
-    def from_datatree(cls, tree: xr.DataTree) -> HierarchicalPrior:
-        """Inverse of :meth:`to_datatree` (the data are loaded into memory)."""
-        return cls(*read_prior_tree(tree))
+        return super().load(path)  # type: ignore[no-any-return]
 
 
 def upgrade_prior(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> Path:
@@ -246,11 +165,7 @@ def upgrade_prior(source: str | os.PathLike[str], destination: str | os.PathLike
     Only for a file you trust, since it carries no checksum; everything else is checked as
     :meth:`HierarchicalPrior.load` does. Returns ``destination``, written atomically.
     """
-    tree = read_netcdf(source, None)
-    try:
-        prior = HierarchicalPrior.from_datatree(tree)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise InvalidFileError(source, f"invalid prior ({exc})") from None
+    prior = HierarchicalPrior._from_file(read_netcdf(source, None), source)
     return prior.save(destination)
 
 

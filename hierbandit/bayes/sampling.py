@@ -13,86 +13,139 @@ programs depend only on the shapes: with the on-disk compilation cache
 same shape, in any process, skips compilation. The direct driver shows no progress bar.
 ``driver="pymc"`` or any other ``nuts_sampler`` ("pymc", "nutpie", "blackjax", as installed)
 goes through ``pm.sample``.
+
+The settings are one :class:`~hierbandit.bayes.sampler_config.SamplerConfig`. The first run of a
+process, before JAX starts, gives JAX one host device per core and the on-disk compilation cache
+(:mod:`hierbandit.bayes._devices`), unless JAX has already started or the user configured them:
+importing the package changes nothing (``docs/bayes.md``, The sampler).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import logging
 import time
 from typing import Any
 
 import numpy as np
 import pymc as pm
 
-from hierbandit._validation import check_choice
-from hierbandit.bayes._devices import configure_host_devices
+from hierbandit.bayes._devices import (
+    cache_configured,
+    configure_compilation_cache,
+    configure_host_devices,
+    jax_started,
+)
+from hierbandit.bayes.sampler_config import (
+    NUTS_SAMPLERS,
+    SamplerConfig,
+    available_samplers,
+    resolve_sampler,
+)
 
-__all__ = ["NUTS_SAMPLERS", "available_samplers", "configure_host_devices", "sample"]
+__all__ = [
+    "NUTS_SAMPLERS",
+    "SamplerConfig",
+    "available_samplers",
+    "configure_host_devices",
+    "sample",
+]
 
-NUTS_SAMPLERS = ("numpyro", "pymc", "nutpie", "blackjax")
-_MODULE = {"numpyro": "numpyro", "nutpie": "nutpie", "blackjax": "blackjax", "pymc": "pymc"}
+logger = logging.getLogger(__name__)
+
+_jax_configured = False
 
 
-def available_samplers() -> list[str]:
-    """The NUTS backends installed here."""
-    return [s for s in NUTS_SAMPLERS if importlib.util.find_spec(_MODULE[s]) is not None]
+def _configure_jax() -> None:
+    """Before the first sampler run of the process: JAX host devices (one per core) and the
+    compilation cache, each unless the user set it, and only while JAX has not started (its
+    backend reads ``XLA_FLAGS`` once, when it starts). Later calls do nothing."""
+    global _jax_configured
+    if _jax_configured:
+        return
+    _jax_configured = True
+    if jax_started():
+        logger.debug("JAX has started: host devices and compilation cache left as they are")
+        return
+    configure_host_devices()
+    if not cache_configured():
+        folder = configure_compilation_cache()
+        logger.debug("JAX compilation cache: %s", folder if folder is not None else "off")
 
 
 def sample(
     model: pm.Model,
+    sampler: SamplerConfig | None = None,
     *,
-    draws: int = 1000,
-    tune: int = 1000,
-    chains: int = 2,
-    target_accept: float = 0.9,
-    random_seed: int = 0,
-    nuts_sampler: str = "numpyro",
-    progressbar: bool = False,
-    driver: str = "direct",
+    draws: int | None = None,
+    tune: int | None = None,
+    chains: int | None = None,
+    target_accept: float | None = None,
+    random_seed: int | None = None,
+    nuts_sampler: str | None = None,
+    progressbar: bool | None = None,
+    driver: str | None = None,
     var_names: list[str] | None = None,
     **kwargs: Any,
 ) -> Any:
     """Run NUTS on ``model`` and return ArviZ InferenceData (posterior and sample stats).
 
-    ``var_names`` (default: the model's ``hb_meta["trace_vars"]`` if it has one) selects the
-    stored variables. ``progressbar`` applies to ``pm.sample`` (the direct numpyro driver runs each
-    chain as one compiled loop and shows none). ``kwargs`` go to ``pm.sample`` (``driver="pymc"``) or, with the direct numpyro
-    driver, ``dense_mass`` and ``max_tree_depth`` to numpyro's NUTS.
+    ``sampler`` holds the settings (default ``SamplerConfig()``: 2 chains × 1,000 draws after
+    1,000 tuning steps, ``target_accept=0.9``, seed 0, numpyro, direct driver); ``draws``,
+    ``tune``, ``chains``, ``target_accept``, ``random_seed``, ``nuts_sampler``, ``progressbar``
+    and ``driver`` replace its fields when given. ``var_names`` (default: the model's
+    ``hb_meta["trace_vars"]`` if it has one) selects the stored variables. ``progressbar``
+    applies to ``pm.sample`` and nutpie (the direct numpyro driver runs each chain as one compiled
+    loop and shows none). ``kwargs`` join the configuration's ``options``: they go to
+    ``pm.sample`` (``driver="pymc"``) or, with the direct numpyro driver, ``dense_mass`` and
+    ``max_tree_depth`` to numpyro's NUTS.
     """
-    check_choice(nuts_sampler, NUTS_SAMPLERS, "nuts_sampler")
-    check_choice(driver, ("direct", "pymc"), "driver")
-    if nuts_sampler not in available_samplers():
+    cfg = resolve_sampler(
+        sampler,
+        SamplerConfig(),
+        extra=kwargs,
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        target_accept=target_accept,
+        random_seed=random_seed,
+        nuts_sampler=nuts_sampler,
+        progressbar=progressbar,
+        driver=driver,
+    )
+    if cfg.nuts_sampler not in available_samplers():
         raise ValueError(
-            f"nuts_sampler {nuts_sampler!r} is not installed; available: {available_samplers()}"
+            f"nuts_sampler {cfg.nuts_sampler!r} is not installed; available: {available_samplers()}"
         )
+    _configure_jax()
+    options = dict(cfg.options)
     meta = getattr(model, "hb_meta", None)
     if var_names is None and meta is not None:
         var_names = list(meta["trace_vars"])
-    if driver == "direct" and nuts_sampler in ("numpyro", "nutpie"):
-        run = _sample_numpyro if nuts_sampler == "numpyro" else _sample_nutpie
+    if cfg.driver == "direct" and cfg.nuts_sampler in ("numpyro", "nutpie"):
+        run = _sample_numpyro if cfg.nuts_sampler == "numpyro" else _sample_nutpie
         return run(
             model,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            target_accept=target_accept,
-            random_seed=random_seed,
-            progressbar=progressbar,
+            draws=cfg.draws,
+            tune=cfg.tune,
+            chains=cfg.chains,
+            target_accept=cfg.target_accept,
+            random_seed=cfg.random_seed,
+            progressbar=cfg.progressbar,
             var_names=var_names,
-            **kwargs,
+            **options,
         )
     if var_names is not None:
-        kwargs["var_names"] = var_names
+        options["var_names"] = var_names
     with model:
         return pm.sample(
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            target_accept=target_accept,
-            random_seed=random_seed,
-            nuts_sampler=nuts_sampler,
-            progressbar=progressbar,
-            **kwargs,
+            draws=cfg.draws,
+            tune=cfg.tune,
+            chains=cfg.chains,
+            target_accept=cfg.target_accept,
+            random_seed=cfg.random_seed,
+            nuts_sampler=cfg.nuts_sampler,
+            progressbar=cfg.progressbar,
+            **options,
         )
 
 
@@ -261,6 +314,7 @@ def _jaxify_logp_with_data(model: pm.Model) -> tuple[Any, list[np.ndarray]]:
     except ImportError:  # pragma: no cover - older PyTensor
         from pytensor.graph.basic import graph_inputs
 
+    _configure_jax()  # before the first JAX computation of the process
     logp = model.logp()
     shared = [
         v

@@ -1,4 +1,5 @@
-"""PyMC model of the user-level mixture of linear regressions (specs/clustering.md D2).
+"""PyMC model of the user-level mixture of linear regressions (``docs/sclub.md``, The Bayesian
+audit).
 
 The generative model behind the clustering bandits (SCLUB, CLUB, Off-CLUB):
 
@@ -36,10 +37,16 @@ import xarray as xr
 from scipy.special import logsumexp
 
 from hierbandit._validation import check_choice, check_positive_int, check_scalar
+from hierbandit.bayes.sampler_config import SamplerConfig, resolve_sampler
 from hierbandit.sclub.mixture_em import check_user_stats
 from hierbandit.stats.partitions import coclustering_matrix
 
-__all__ = ["fit_mixture", "mixture_loglik", "mixture_model", "posterior_summary"]
+__all__ = ["MIXTURE_SAMPLER", "fit_mixture", "mixture_loglik", "mixture_model", "posterior_summary"]
+
+#: NUTS settings of :func:`fit_mixture` unless given: ``SamplerConfig()`` with 500 draws after 500
+#: tuning steps per chain, half the default, enough for the label-invariant summaries of
+#: :func:`posterior_summary` (which thins to 400 draws)
+MIXTURE_SAMPLER = SamplerConfig(draws=500, tune=500)
 
 
 def _eig(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -174,34 +181,45 @@ def fit_mixture(
     model: pm.Model,
     *,
     method: str = "nuts",
-    draws: int = 500,
-    tune: int = 500,
-    chains: int = 2,
-    random_seed: int = 0,
+    sampler: SamplerConfig | None = None,
+    draws: int | None = None,
+    tune: int | None = None,
+    chains: int | None = None,
+    random_seed: int | None = None,
     advi_iterations: int = 20_000,
     **kwargs: Any,
 ) -> Any:
     """Posterior of :func:`mixture_model`: NUTS through :func:`hierbandit.bayes.sample`
     (numpyro by default) or ADVI (``method="advi"``, ``draws`` samples from the fit).
 
+    ``sampler`` holds the settings (default :data:`MIXTURE_SAMPLER`: 2 chains × 500 draws after
+    500 tuning steps); ``draws``, ``tune``, ``chains``, ``random_seed`` and ``kwargs`` (backend
+    options) replace its fields when given. ADVI uses ``draws`` and ``random_seed`` only.
+
     Returns ArviZ InferenceData.
     """
     check_choice(method, ("nuts", "advi"), "method")
-    draws = check_positive_int(draws, "draws")
+    cfg = resolve_sampler(
+        sampler,
+        MIXTURE_SAMPLER,
+        extra=kwargs,
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        random_seed=random_seed,
+    )
     if method == "nuts":
         from hierbandit.bayes.sampling import sample
 
-        return sample(
-            model, draws=draws, tune=tune, chains=chains, random_seed=random_seed, **kwargs
-        )
+        return sample(model, cfg)
     with model:
         approx = pm.fit(
             check_positive_int(advi_iterations, "advi_iterations"),
             method="advi",
-            random_seed=random_seed,
+            random_seed=cfg.random_seed,
             progressbar=False,
         )
-        return approx.sample(draws, random_seed=random_seed)
+        return approx.sample(cfg.draws, random_seed=cfg.random_seed)
 
 
 def posterior_summary(

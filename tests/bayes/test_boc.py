@@ -1,4 +1,5 @@
-"""The mixture over arm means (specs/boc.md §7): likelihood, exact reference, NUTS diagnostic."""
+"""The mixture over arm means (docs/boc.md, Bayesian diagnostic): likelihood, exact reference,
+NUTS diagnostic."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Sampling vs closed form (specs/ebm.md §8): the fixed-hyperparameter PyMC model.
+"""Sampling vs closed form (docs/bayes.md §6): the fixed-hyperparameter PyMC model.
 
 Fast tests: the model's log density against a brute-force joint Gaussian, the closed form's
 xarray layout, validation, and one tiny NUTS run that must agree with the closed form.
-Slow tests: the spec's acceptance criterion on the ebm synthetic setting (§8.3).
+Slow tests: the acceptance criterion of docs/bayes.md §6 on the ebm synthetic setting.
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ def test_comparison_extras(tiny_comparison: ClosedFormComparison, tmp_path) -> N
 
 
 def _joint_posterior_reference(log, Sigma, sigma2, lam):
-    """Per arm, the exact posterior of (β₀, β_1..β_N) from the arrow precision Q (spec §2.9)."""
+    """Per arm, the exact posterior of (β₀, β_1..β_N) from the arrow precision Q (the joint
+    Gaussian of the two-level model, docs/maths/ebm.md §1)."""
     N, d = log.n_instances, log.n_features
     out = []
     for k in range(log.n_arms):
@@ -350,7 +351,7 @@ def test_online_path_does_not_import_pymc() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-# ----------------------------------------------------------------------------- slow: spec §8.3
+# ----------------------------------------------------------------------------- slow: docs/bayes.md §6
 
 
 def _ebm_synthetic_log(seed: int = 0):

@@ -1,4 +1,4 @@
-"""PyMC user-level mixture of linear regressions (specs/clustering.md D2)."""
+"""PyMC user-level mixture of linear regressions (docs/sclub.md, The Bayesian audit)."""
 
 from __future__ import annotations
 
