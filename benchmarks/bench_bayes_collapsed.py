@@ -41,7 +41,6 @@ import arviz as az
 import numpy as np
 import pandas as pd
 
-import hierbandit.bayes  # noqa: F401  (configures JAX host devices before JAX starts)
 from hierbandit.bayes import configure_compilation_cache
 from hierbandit.bayes.models import collapsed_model, uncollapsed_model
 from hierbandit.bayes.sampling import sample

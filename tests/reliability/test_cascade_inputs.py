@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from hierbandit._validation import MAX_FEATURE
 from hierbandit.bayes import fit_cascade_prior
-from hierbandit.bayes.cascade import read_cascade_log
 from hierbandit.cascade import policies as cascade
 from hierbandit.cascade.env import CascadeEnv, simulate_episode
+from hierbandit.data import read_cascade_log
 from tests.conftest import snapshot
 
 from ._common import (
