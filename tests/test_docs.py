@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+import hierbandit
+
 pytest.importorskip("sphinx")
 pytest.importorskip("myst_nb")
 pytest.importorskip("numpydoc")
@@ -36,19 +38,7 @@ DOCS = ROOT / "docs"
 NOTEBOOKS = ROOT / "notebooks"
 REFERENCE = DOCS / "reference"
 #: every public package, each with its page ``docs/reference/<name>.rst``
-SUBPACKAGES = [
-    "stats",
-    "data",
-    "ebm",
-    "cascade",
-    "sclub",
-    "offline",
-    "boc",
-    "bayes",
-    "experiments",
-    "checkpoint",
-    "errors",
-]
+SUBPACKAGES = [*hierbandit._SUBPACKAGES, "checkpoint", "errors"]
 #: the top-level facade's page (its names are documented where they are defined)
 FACADE = "hierbandit"
 PAPER_PAGES = ["ebm", "cascading", "sclub", "offline", "boc"]
