@@ -25,7 +25,6 @@ PyMC and PyTensor are imported inside the functions that need them.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from typing import Any
@@ -431,18 +430,3 @@ def fit_cascade_prior(
         idata=idata,
         **prov,
     )
-
-
-#: the Laplace-vs-NUTS comparison moved to :mod:`hierbandit.bayes.cascade_audit`; these names are
-#: still found here for code that imports them from this module (import them from
-#: ``hierbandit.bayes`` instead)
-_MOVED = {
-    "LaplaceNUTSComparison": "hierbandit.bayes.cascade_audit",
-    "compare_laplace_nuts": "hierbandit.bayes.cascade_audit",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

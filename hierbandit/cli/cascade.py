@@ -70,7 +70,7 @@ def compare(
     seed: Seed = 0,
 ) -> None:
     """Laplace (batch and online newton1) vs NUTS on a cascade log: report and plot (§8.4)."""
-    from hierbandit.bayes.cascade import compare_laplace_nuts
+    from hierbandit.bayes import compare_laplace_nuts
     from hierbandit.cascade.env import CascadeEnv
 
     try:
@@ -85,7 +85,7 @@ def compare(
     except (ValueError, TypeError) as exc:
         raise fail(str(exc)) from None
     paths = cmp.write(out)
-    _print_frame(cmp.checks, "Laplace vs NUTS (spec §8.4)")
+    _print_frame(cmp.checks, "Laplace vs NUTS (docs/cascading.md, \"Laplace vs NUTS\")")
     typer.echo(f"wrote {paths['report']} and {paths['plot']}")
 
 

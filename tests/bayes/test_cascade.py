@@ -238,13 +238,11 @@ def test_mcmc_prior_agrees_with_laplace(frame):
     np.testing.assert_allclose(np.sqrt(np.diag(mc.cov)), lap.sd, rtol=0.2)
 
 
-def test_the_comparison_is_found_where_it_was():
-    """``compare_laplace_nuts`` lives in ``cascade_audit``; the old module path still finds it."""
+def test_the_comparison_lives_in_the_audit_module():
+    """``compare_laplace_nuts`` lives in ``cascade_audit`` and is exported by ``hierbandit.bayes``."""
     import hierbandit.bayes as hb
     from hierbandit.bayes import cascade, cascade_audit
 
-    assert cascade.compare_laplace_nuts is cascade_audit.compare_laplace_nuts
-    assert cascade.LaplaceNUTSComparison is cascade_audit.LaplaceNUTSComparison
     assert hb.compare_laplace_nuts is cascade_audit.compare_laplace_nuts
-    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        cascade.nothing  # noqa: B018
+    assert hb.LaplaceNUTSComparison is cascade_audit.LaplaceNUTSComparison
+    assert not hasattr(cascade, "compare_laplace_nuts")
