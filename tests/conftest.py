@@ -37,3 +37,17 @@ def snapshot(obj: Any) -> Any:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261121)
+
+
+@pytest.fixture(scope="session")
+def cascade_env():
+    """The small cascade environment of the click-log and cascade-prior tests."""
+    from hierbandit.cascade.env import CascadeEnv
+
+    return CascadeEnv.preset("mccb-bayes", n_users=10, rng=0)
+
+
+@pytest.fixture(scope="session")
+def cascade_frame(cascade_env):
+    """A 40-episode click log of :func:`cascade_env`, as a DataFrame."""
+    return cascade_env.simulate_log(40, rng=1)

@@ -15,29 +15,18 @@ from hierbandit.bayes.cascade import (
     load_cascade_prior,
 )
 from hierbandit.bayes.sampler_config import SamplerConfig
-from hierbandit.cascade.env import CascadeEnv
 from hierbandit.data import read_cascade_log
 from hierbandit.stats.logistic import bernoulli_loglik, cascade_loglik, penalized_map
 
 
-@pytest.fixture(scope="module")
-def env():
-    return CascadeEnv.preset("mccb-bayes", n_users=10, rng=0)
-
-
-@pytest.fixture(scope="module")
-def frame(env):
-    return env.simulate_log(40, rng=1)
-
-
 # ---------------------------------------------------------------------- the PyMC model
-def test_pymc_cascade_and_bernoulli_log_densities_agree(frame):
+def test_pymc_cascade_and_bernoulli_log_densities_agree(cascade_frame):
     pytest.importorskip("pymc")
     from scipy.stats import multivariate_normal, norm
 
     from hierbandit.bayes.cascade import cascade_click_model
 
-    log = read_cascade_log(frame)
+    log = read_cascade_log(cascade_frame)
     Z, y = log.design()
     Xs, arms, clicks = log.sessions()
     mb = cascade_click_model(log, lam=2.0)
@@ -63,10 +52,10 @@ def test_pymc_cascade_and_bernoulli_log_densities_agree(frame):
 
 
 # ---------------------------------------------------------------------- priors
-def test_laplace_prior_fit_save_load_and_warm_start(frame, tmp_path):
+def test_laplace_prior_fit_save_load_and_warm_start(cascade_frame, tmp_path):
     from hierbandit.cascade.policies import UCBBP
 
-    log = read_cascade_log(frame)
+    log = read_cascade_log(cascade_frame)
     prior = fit_cascade_prior(log, "laplace", lam=1.5)
     Z, y = log.design()
     ref = penalized_map(Z, y, lam=1.5, tol=1e-12)
@@ -126,25 +115,25 @@ def seen_config(monkeypatch):
     return seen
 
 
-def test_sampler_defaults_and_overrides(frame, seen_config):
+def test_sampler_defaults_and_overrides(cascade_frame, seen_config):
     """4 chains × 1,000 draws after 1,000 tuning steps unless told; keywords override fields of
     ``sampler``; fewer than 4 draws are refused before anything is built."""
     from hierbandit.bayes.cascade_audit import compare_laplace_nuts
 
     assert SamplerConfig(chains=4) == CASCADE_SAMPLER
     with pytest.raises(_Sampled):
-        fit_cascade_prior(frame, "mcmc")
+        fit_cascade_prior(cascade_frame, "mcmc")
     assert seen_config["config"] == CASCADE_SAMPLER
     with pytest.raises(_Sampled):
-        compare_laplace_nuts(frame)
+        compare_laplace_nuts(cascade_frame)
     assert seen_config["config"] == CASCADE_SAMPLER
     mine = SamplerConfig(draws=300, chains=3, random_seed=5)
     with pytest.raises(_Sampled):
-        fit_cascade_prior(frame, "mcmc", sampler=mine, random_seed=6)
+        fit_cascade_prior(cascade_frame, "mcmc", sampler=mine, random_seed=6)
     assert seen_config["config"] == SamplerConfig(draws=300, chains=3, random_seed=6)
     for call in (
-        lambda **kw: fit_cascade_prior(frame, "mcmc", **kw),
-        lambda **kw: compare_laplace_nuts(frame, **kw),
+        lambda **kw: fit_cascade_prior(cascade_frame, "mcmc", **kw),
+        lambda **kw: compare_laplace_nuts(cascade_frame, **kw),
     ):
         with pytest.raises(ValueError, match="draws must be >= 4"):
             call(draws=3)
@@ -154,7 +143,7 @@ def test_sampler_defaults_and_overrides(frame, seen_config):
             call(sampler={"draws": 100})
 
 
-def test_mcmc_prior_records_the_settings(frame, monkeypatch):
+def test_mcmc_prior_records_the_settings(cascade_frame, monkeypatch):
     """The provenance keeps its keys; a setting other than the default is recorded too."""
     import arviz as az
 
@@ -167,7 +156,7 @@ def test_mcmc_prior_records_the_settings(frame, monkeypatch):
 
     monkeypatch.setattr(sampling, "sample", fake)
     with pytest.warns(UserWarning, match="MCMC diagnostics"):
-        prior = fit_cascade_prior(frame, "mcmc", draws=10, tune=5, chains=2)
+        prior = fit_cascade_prior(cascade_frame, "mcmc", draws=10, tune=5, chains=2)
     assert prior.provenance["config"] == {
         "lam": 1.0,
         "inflate": 1.0,
@@ -179,18 +168,18 @@ def test_mcmc_prior_records_the_settings(frame, monkeypatch):
     }
     cfg = SamplerConfig(draws=10, tune=5, chains=2, target_accept=0.95)
     with pytest.warns(UserWarning, match="MCMC diagnostics"):
-        prior = fit_cascade_prior(frame, "mcmc", sampler=cfg)
+        prior = fit_cascade_prior(cascade_frame, "mcmc", sampler=cfg)
     assert prior.provenance["config"]["target_accept"] == 0.95
 
 
 # ---------------------------------------------------------------------- Laplace vs NUTS
-def test_laplace_vs_nuts_small(frame, tmp_path):
+def test_laplace_vs_nuts_small(cascade_frame, tmp_path):
     """Fast version of the comparison of docs/cascading.md (≈800 rows, 2 × 400 draws):
     scale-free checks."""
     pytest.importorskip("pymc")
     from hierbandit.bayes.cascade_audit import compare_laplace_nuts
 
-    cmp = compare_laplace_nuts(frame, draws=400, tune=400, chains=2, find_map=False)
+    cmp = compare_laplace_nuts(cascade_frame, draws=400, tune=400, chains=2, find_map=False)
     t = cmp.table
     assert cmp.idata.posterior["theta"].shape == (2, 400, 6)
     assert t["r_hat"].max() < 1.05
@@ -215,13 +204,13 @@ def test_laplace_vs_nuts_small(frame, tmp_path):
 
 
 @pytest.mark.slow
-def test_laplace_vs_nuts_spec_8_4_few_thousand_rows(env):
+def test_laplace_vs_nuts_spec_8_4_few_thousand_rows(cascade_env):
     """The comparison of docs/cascading.md on ≈3,000 rows, 4 × 1000 draws: every check passes;
     the Laplace means' z-scores are reported (a real MAP–mean gap of a few hundredths of a
     posterior sd shows as 2–5 MCSE depending on the seed, so they are bounded loosely)."""
     from hierbandit.bayes.cascade_audit import compare_laplace_nuts
 
-    df = env.simulate_log(150, rng=1)
+    df = cascade_env.simulate_log(150, rng=1)
     assert len(df) > 2500
     cmp = compare_laplace_nuts(df, draws=1000, tune=1000, chains=4, tolerance=4.0)
     assert cmp.all_ok, cmp.checks
@@ -230,9 +219,9 @@ def test_laplace_vs_nuts_spec_8_4_few_thousand_rows(env):
 
 
 @pytest.mark.slow
-def test_mcmc_prior_agrees_with_laplace(frame):
-    mc = fit_cascade_prior(frame, "mcmc", draws=500, tune=500, chains=2)
-    lap = fit_cascade_prior(frame, "laplace")
+def test_mcmc_prior_agrees_with_laplace(cascade_frame):
+    mc = fit_cascade_prior(cascade_frame, "mcmc", draws=500, tune=500, chains=2)
+    lap = fit_cascade_prior(cascade_frame, "laplace")
     assert mc.idata is not None and mc.provenance["diagnostics_ok"] in (0, 1, True, False)
     assert np.max(np.abs(mc.mean - lap.mean) / lap.sd) < 0.25
     np.testing.assert_allclose(np.sqrt(np.diag(mc.cov)), lap.sd, rtol=0.2)

@@ -6,47 +6,38 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hierbandit.cascade.env import CascadeEnv
 from hierbandit.data import CascadeLog, read_cascade_log
 from hierbandit.stats.logistic import bernoulli_loglik, cascade_loglik
 
 
-@pytest.fixture(scope="module")
-def env():
-    return CascadeEnv.preset("mccb-bayes", n_users=10, rng=0)
-
-
-@pytest.fixture(scope="module")
-def frame(env):
-    return env.simulate_log(40, rng=1)
-
-
 # ---------------------------------------------------------------------- the log
-def test_read_cascade_log_roundtrip_and_views(frame, env, tmp_path):
-    shuffled = frame.sample(frac=1.0, random_state=0)
+def test_read_cascade_log_roundtrip_and_views(cascade_frame, cascade_env, tmp_path):
+    shuffled = cascade_frame.sample(frac=1.0, random_state=0)
     log = read_cascade_log(shuffled)
-    assert log.n_rows == len(frame) and log.n_arms == 3 and log.features == ("x0", "x1", "x2")
+    assert (
+        log.n_rows == len(cascade_frame) and log.n_arms == 3 and log.features == ("x0", "x1", "x2")
+    )
     back = log.to_dataframe()
-    pd.testing.assert_frame_equal(back, frame.reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(back, cascade_frame.reset_index(drop=True), check_dtype=False)
     path = tmp_path / "log.csv"
-    frame.to_csv(path, index=False)
+    cascade_frame.to_csv(path, index=False)
     assert read_cascade_log(path).data_hash == log.data_hash
     Z, y = log.design()
     assert Z.shape == (log.n_rows, 6) and np.all(Z[:, 3:].sum(axis=1) == 1)
     Xs, arms, clicks = log.sessions()
-    assert Xs.shape == (log.n_sessions, 3) and arms.shape == (log.n_sessions, env.horizon)
+    assert Xs.shape == (log.n_sessions, 3) and arms.shape == (log.n_sessions, cascade_env.horizon)
     theta = np.random.default_rng(1).normal(size=6)
     flat = float(bernoulli_loglik(Z @ theta, y).sum())
     assert abs(cascade_loglik(theta, Xs, arms, clicks) - flat) < 1e-9
     batches = log.episode_batches()
     assert len(batches) == 40 and sum(b[1].size for b in batches) == log.n_rows
-    assert log.provenance()["n_clicks"] == int(frame["click"].sum())
-    one_based = frame.assign(position=frame["position"] + 1)
+    assert log.provenance()["n_clicks"] == int(cascade_frame["click"].sum())
+    one_based = cascade_frame.assign(position=cascade_frame["position"] + 1)
     assert read_cascade_log(one_based, position_base=1).data_hash == log.data_hash
 
 
-def _mutate(frame, how):
-    df = frame.copy()
+def _mutate(cascade_frame, how):
+    df = cascade_frame.copy()
     if how == "missing":
         return df.drop(columns="click"), ValueError, "click"
     if how == "unknown_arm":
@@ -107,8 +98,8 @@ def _mutate(frame, how):
         "context_changes",
     ],
 )
-def test_read_cascade_log_rejects_bad_logs(frame, how):
-    df, err, match = _mutate(frame, how)
+def test_read_cascade_log_rejects_bad_logs(cascade_frame, how):
+    df, err, match = _mutate(cascade_frame, how)
     kwargs = {"n_arms": 3} if how == "unknown_arm" else {}
     if how == "text_context":
         kwargs["features"] = ["x0", "x1", "x2"]
@@ -118,17 +109,17 @@ def test_read_cascade_log_rejects_bad_logs(frame, how):
         read_cascade_log(df, **kwargs)
 
 
-def test_read_cascade_log_argument_errors(frame):
+def test_read_cascade_log_argument_errors(cascade_frame):
     with pytest.raises(ValueError, match="did you mean"):
-        read_cascade_log(frame, click="clicks")
+        read_cascade_log(cascade_frame, click="clicks")
     with pytest.raises(ValueError, match="must differ"):
-        read_cascade_log(frame, user="episode")
+        read_cascade_log(cascade_frame, user="episode")
     with pytest.raises(ValueError, match="empty"):
-        read_cascade_log(frame.iloc[:0])
+        read_cascade_log(cascade_frame.iloc[:0])
     with pytest.raises(ValueError, match="position_base"):
-        read_cascade_log(frame, position_base=2)
+        read_cascade_log(cascade_frame, position_base=2)
     with pytest.raises(ValueError, match="id column"):
-        read_cascade_log(frame, features=["x0", "arm"])
+        read_cascade_log(cascade_frame, features=["x0", "arm"])
     with pytest.raises(TypeError, match="data must be"):
         read_cascade_log([1, 2, 3])
 
@@ -143,6 +134,6 @@ def test_the_bayesian_layer_names_the_same_reader():
     assert CascadeLog.__module__ == "hierbandit.data.cascade_log"
 
 
-def test_a_cascade_log_is_returned_as_it_is(frame):
-    log = read_cascade_log(frame)
+def test_a_cascade_log_is_returned_as_it_is(cascade_frame):
+    log = read_cascade_log(cascade_frame)
     assert read_cascade_log(log) is log
