@@ -136,3 +136,34 @@ def test_each_papers_algorithms_baselines_and_environment_live_in_its_folder(win
     module = importlib.import_module(f"hierbandit.{wing}")
     for name in classes:
         assert getattr(module, name).__module__.startswith(f"hierbandit.{wing}."), name
+
+
+def test_no_library_module_prints_or_draws():
+    """Library code reports through logging; only the command (hierbandit/cli/) writes to the
+    terminal, with rich."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "hierbandit").rglob("*.py")):
+        if path.relative_to(ROOT).parts[1] == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "print"
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} print")
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno} imports {n}"
+                for n in names
+                if n.split(".")[0] in ("rich", "tqdm")
+            ]
+    assert not offenders, offenders
