@@ -85,7 +85,7 @@ def compare(
     except (ValueError, TypeError) as exc:
         raise fail(str(exc)) from None
     paths = cmp.write(out)
-    _print_frame(cmp.checks, "Laplace vs NUTS (docs/cascading.md, \"Laplace vs NUTS\")")
+    _print_frame(cmp.checks, 'Laplace vs NUTS (docs/cascading.md, "Laplace vs NUTS")')
     typer.echo(f"wrote {paths['report']} and {paths['plot']}")
 
 
