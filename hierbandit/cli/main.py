@@ -42,11 +42,44 @@ Tune = Annotated[int, typer.Option("--tune", min=0, help="MCMC tuning steps.")]
 Chains = Annotated[int, typer.Option("--chains", min=1, help="MCMC chains.")]
 
 
+def _show_version(value: bool) -> None:
+    """``--version``: the package's version, then the Python and libraries it runs on."""
+    if not value:
+        return
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from hierbandit._version import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    typer.echo(f"hierbandit {__version__}")
+    libraries = ("numpy", "numba", "xarray", "pymc", "pytensor", "arviz", "numpyro", "jax")
+    typer.echo(
+        f"Python {platform.python_version()}; "
+        + ", ".join(f"{name} {installed(name)}" for name in libraries)
+    )
+    raise typer.Exit()
+
+
 @app.callback()
 def start(
     ctx: typer.Context,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also show the detailed log lines.")
+    ] = False,
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Show the version of hierbandit and of the libraries it runs on, and exit.",
+        ),
     ] = False,
 ) -> None:
     """Make the process-wide settings, once, before any command runs."""
