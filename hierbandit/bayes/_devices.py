@@ -8,11 +8,14 @@ already started or the user configured them; users and the command may call them
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+logger = logging.getLogger(__name__)
 
 
 def configure_host_devices(n: int | None = None) -> None:
@@ -99,3 +102,23 @@ def cache_configured() -> bool:
     if "jax" in sys.modules:
         return bool(sys.modules["jax"].config.jax_compilation_cache_dir)
     return False
+
+
+_jax_configured = False
+
+
+def configure_jax_once() -> None:
+    """Before the first sampler run of the process: JAX host devices (one per core) and the
+    compilation cache, each unless the user set it, and only while JAX has not started (its
+    backend reads ``XLA_FLAGS`` once, when it starts). Later calls do nothing."""
+    global _jax_configured
+    if _jax_configured:
+        return
+    _jax_configured = True
+    if jax_started():
+        logger.debug("JAX has started: host devices and compilation cache left as they are")
+        return
+    configure_host_devices()
+    if not cache_configured():
+        folder = configure_compilation_cache()
+        logger.debug("JAX compilation cache: %s", folder if folder is not None else "off")

@@ -682,9 +682,9 @@ def compare_closed_form(
 
         idata = sample(model, cfg, dense_mass=bool(dense_mass))
     else:
-        from hierbandit.bayes.sampling import _configure_jax
+        from hierbandit.bayes._devices import configure_jax_once
 
-        _configure_jax()  # before _sampler_options asks JAX for its devices
+        configure_jax_once()  # before _sampler_options asks JAX for its devices
         options = dict(cfg.options)
         _sampler_options(options, cfg.nuts_sampler, cfg.chains, bool(dense_mass))
         with model:

@@ -29,12 +29,7 @@ from typing import Any
 import numpy as np
 import pymc as pm
 
-from hierbandit.bayes._devices import (
-    cache_configured,
-    configure_compilation_cache,
-    configure_host_devices,
-    jax_started,
-)
+from hierbandit.bayes._devices import configure_host_devices, configure_jax_once
 from hierbandit.bayes.sampler_config import (
     NUTS_SAMPLERS,
     SamplerConfig,
@@ -51,25 +46,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_jax_configured = False
-
-
-def _configure_jax() -> None:
-    """Before the first sampler run of the process: JAX host devices (one per core) and the
-    compilation cache, each unless the user set it, and only while JAX has not started (its
-    backend reads ``XLA_FLAGS`` once, when it starts). Later calls do nothing."""
-    global _jax_configured
-    if _jax_configured:
-        return
-    _jax_configured = True
-    if jax_started():
-        logger.debug("JAX has started: host devices and compilation cache left as they are")
-        return
-    configure_host_devices()
-    if not cache_configured():
-        folder = configure_compilation_cache()
-        logger.debug("JAX compilation cache: %s", folder if folder is not None else "off")
 
 
 def sample(
@@ -116,7 +92,7 @@ def sample(
         raise ValueError(
             f"nuts_sampler {cfg.nuts_sampler!r} is not installed; available: {available_samplers()}"
         )
-    _configure_jax()
+    configure_jax_once()
     options = dict(cfg.options)
     meta = getattr(model, "hb_meta", None)
     if var_names is None and meta is not None:
@@ -314,7 +290,7 @@ def _jaxify_logp_with_data(model: pm.Model) -> tuple[Any, list[np.ndarray]]:
     except ImportError:  # pragma: no cover - older PyTensor
         from pytensor.graph.basic import graph_inputs
 
-    _configure_jax()  # before the first JAX computation of the process
+    configure_jax_once()  # before the first JAX computation of the process
     logp = model.logp()
     shared = [
         v

@@ -174,7 +174,7 @@ def test_sample_passes_the_configuration_to_the_driver(monkeypatch):
         return "idata"
 
     monkeypatch.setattr(sampling, "_sample_numpyro", driver)
-    monkeypatch.setattr(sampling, "_configure_jax", lambda: None)
+    monkeypatch.setattr(sampling, "configure_jax_once", lambda: None)
     with pm.Model() as model:
         pm.Normal("x")
     assert sampling.sample(model) == "idata"

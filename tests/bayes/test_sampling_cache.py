@@ -65,8 +65,8 @@ def _run(code: str, env: dict[str, str] | None = None) -> dict:
 #: the hook the first sampler run calls, then what JAX ends up with
 _FIRST_RUN = """
     import json, os
-    import hierbandit.bayes.sampling as s
-    s._configure_jax()
+    import hierbandit.bayes._devices as s
+    s.configure_jax_once()
     import jax
     print(json.dumps({"cache": jax.config.jax_compilation_cache_dir,
                       "devices": jax.local_device_count(),
@@ -133,9 +133,9 @@ def test_the_first_sampler_run_keeps_what_the_user_configured(tmp_path):
         import json, os
         import jax
         import hierbandit.bayes as hb
-        import hierbandit.bayes.sampling as s
+        import hierbandit.bayes._devices as s
         hb.configure_compilation_cache({str(tmp_path / "mine")!r})
-        s._configure_jax()
+        s.configure_jax_once()
         print(json.dumps({{"cache": jax.config.jax_compilation_cache_dir,
                           "flags": os.environ.get("XLA_FLAGS")}}))
     """
@@ -146,23 +146,23 @@ def test_the_first_sampler_run_keeps_what_the_user_configured(tmp_path):
         import jax, jax.numpy as jnp
         float(jnp.ones(2).sum())  # JAX has started
         before = dict(os.environ)
-        import hierbandit.bayes.sampling as s
+        import hierbandit.bayes._devices as s
         from hierbandit.bayes._devices import jax_started
         started = jax_started()
-        s._configure_jax()
+        s.configure_jax_once()
         print(json.dumps({"started": started, "same": before == dict(os.environ),
                           "cache": jax.config.jax_compilation_cache_dir}))
     """
     assert _run(code) == {"started": True, "same": True, "cache": None}
     code = """
         import json, os
-        import hierbandit.bayes.sampling as s
+        import hierbandit.bayes._devices as s
         from hierbandit.bayes._devices import jax_started
         assert not jax_started()
-        s._configure_jax()
+        s.configure_jax_once()
         first = os.environ.get("XLA_FLAGS")
         os.environ["XLA_FLAGS"] = ""
-        s._configure_jax()  # once per process
+        s.configure_jax_once()  # once per process
         print(json.dumps({"first": first, "second": os.environ["XLA_FLAGS"]}))
     """
     got = _run(code, {"HIERBANDIT_JAX_CACHE": "off"})
