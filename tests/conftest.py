@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from typing import Any
 
@@ -11,8 +12,11 @@ import pytest
 
 from hierbandit._numba_cache import configure_numba_cache
 
-# the test run keeps compiled kernels in the folder keyed by their sources, as the command does
-configure_numba_cache()
+# the test run keeps compiled kernels in the folder keyed by their sources, as the command does,
+# and so do the interpreters the tests start (subprocesses, process pools): they inherit it
+_NUMBA_FOLDER = configure_numba_cache()
+if _NUMBA_FOLDER is not None:
+    os.environ["NUMBA_CACHE_DIR"] = str(_NUMBA_FOLDER)
 
 _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
