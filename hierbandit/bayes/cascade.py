@@ -316,6 +316,28 @@ def cascade_laplace(data: Any, *, lam: float = 1.0, prior: Any = None, **columns
     return laplace_approximation(Z, y, prior_mean=pr[0], prior_precision=0.5 * (prec + prec.T))
 
 
+def _cascade_sampler(
+    sampler: SamplerConfig | None,
+    draws: int | None,
+    tune: int | None,
+    chains: int | None,
+    random_seed: int | None,
+    nuts_sampler: str | None,
+) -> SamplerConfig:
+    """The NUTS settings of a cascade fit or comparison: ``sampler`` (default
+    :data:`CASCADE_SAMPLER`) with the given keywords replacing its fields, at least 4 draws."""
+    return resolve_sampler(
+        sampler,
+        CASCADE_SAMPLER,
+        min_draws=4,
+        draws=draws,
+        tune=tune,
+        chains=chains,
+        random_seed=random_seed,
+        nuts_sampler=nuts_sampler,
+    )
+
+
 def _sampler_record(cfg: SamplerConfig) -> dict[str, Any]:
     """The NUTS settings a cascade fit or comparison records: ``draws``, ``tune``, ``chains``,
     ``random_seed`` and ``sampler`` (the backend), then any other setting that differs from
@@ -397,16 +419,7 @@ def fit_cascade_prior(
         from hierbandit.bayes.diagnostics import diagnose
         from hierbandit.bayes.sampling import sample
 
-        cfg = resolve_sampler(
-            sampler,
-            CASCADE_SAMPLER,
-            min_draws=4,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            random_seed=random_seed,
-            nuts_sampler=nuts_sampler,
-        )
+        cfg = _cascade_sampler(sampler, draws, tune, chains, random_seed, nuts_sampler)
         config.update(_sampler_record(cfg))
         model = cascade_click_model(log, lam=lam)
         idata = sample(model, cfg)

@@ -26,13 +26,13 @@ from scipy.special import expit
 from hierbandit._io import atomic_write, write_json
 from hierbandit._validation import check_positive_int, check_scalar
 from hierbandit.bayes.cascade import (
-    CASCADE_SAMPLER,
+    _cascade_sampler,
     _param_labels,
     _sampler_record,
     cascade_click_model,
     cascade_laplace,
 )
-from hierbandit.bayes.sampler_config import SamplerConfig, resolve_sampler
+from hierbandit.bayes.sampler_config import SamplerConfig
 from hierbandit.data.cascade_log import CascadeLog, read_cascade_log
 from hierbandit.stats.logistic import (
     LaplaceApproximation,
@@ -291,16 +291,7 @@ def compare_laplace_nuts(
 
     log = read_cascade_log(data, **columns)
     lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
-    cfg = resolve_sampler(
-        sampler,
-        CASCADE_SAMPLER,
-        min_draws=4,
-        draws=draws,
-        tune=tune,
-        chains=chains,
-        random_seed=random_seed,
-        nuts_sampler=nuts_sampler,
-    )
+    cfg = _cascade_sampler(sampler, draws, tune, chains, random_seed, nuts_sampler)
     n_predict = check_positive_int(n_predict, "n_predict")
     tolerance = check_scalar(tolerance, "tolerance", low=0.0, low_inclusive=False)
     d, K, p = log.n_features, log.n_arms, log.n_params
