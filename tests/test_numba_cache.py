@@ -111,26 +111,6 @@ def test_cache_location_and_switches(tmp_path, monkeypatch):
     assert nc.numba_cache_dir() is None
 
 
-def test_importing_the_package_leaves_numba_alone(tmp_path):
-    """Importing the package, its algorithms included, changes no process-wide setting; the
-    keyed folder is taken only when asked for (the command and the test run ask)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "HIERBANDIT_NUMBA"))}
-    env["HIERBANDIT_NUMBA_CACHE"] = str(tmp_path / "c")
-    code = (
-        "import os, numba; before = numba.config.CACHE_DIR; env = dict(os.environ)\n"
-        "import hierbandit, hierbandit.ebm, hierbandit.sclub, hierbandit.cascade, hierbandit.boc\n"
-        "assert numba.config.CACHE_DIR == before, numba.config.CACHE_DIR\n"
-        "assert dict(os.environ) == env\n"
-        "print(hierbandit.configure_numba_cache())\n"
-        "print(numba.config.CACHE_DIR)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    folder = str(tmp_path / "c" / nc.sources_digest())
-    assert out.stdout.split() == [folder, folder]
-    assert (tmp_path / "c" / nc.sources_digest()).is_dir()
-
-
 def test_folders_of_other_versions_are_pruned_after_a_week(tmp_path):
     current = tmp_path / "current"
     old, recent = tmp_path / "old", tmp_path / "recent"

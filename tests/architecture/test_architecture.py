@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hierbandit import _numba_cache as nc
 from tests.architecture.private_names import violations
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,22 +104,40 @@ def test_the_facade_exports_the_papers_classes_with_their_real_signatures():
         hierbandit.policies  # noqa: B018
 
 
-def test_importing_the_package_loads_no_heavy_library_and_changes_no_setting():
+def test_importing_the_package_loads_no_heavy_library_and_changes_no_setting(tmp_path):
+    """The facade, every paper's folder and the experiments layer import without the PyMC stack
+    or Dask, and change neither the environment nor numba's cache folder; the keyed folder
+    (hierbandit/_numba_cache.py) is taken only when asked for, as the command and the test run
+    do. One interpreter checks all of it."""
     code = textwrap.dedent(
         """
         import os, sys
-        env = dict(os.environ)
+        import numba
+        env, before = dict(os.environ), numba.config.CACHE_DIR
         import hierbandit
         from hierbandit import EbmTS, UCBBP, SCLUB, OffC2LUB, BOC, fit_prior, load_prior
+        import hierbandit.stats, hierbandit.data, hierbandit.ebm, hierbandit.cascade
+        import hierbandit.sclub, hierbandit.offline, hierbandit.boc, hierbandit.experiments
         heavy = ("pymc", "pytensor", "arviz", "jax", "numpyro", "nutpie", "dask")
         loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy)
         assert not loaded, loaded
         assert dict(os.environ) == env
+        assert numba.config.CACHE_DIR == before, numba.config.CACHE_DIR
+        print(hierbandit.configure_numba_cache())
+        print(numba.config.CACHE_DIR)
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "XLA_FLAGS" and not k.startswith(("NUMBA_", "HIERBANDIT_NUMBA"))
+    }
+    env["HIERBANDIT_NUMBA_CACHE"] = str(tmp_path / "c")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / "c" / nc.sources_digest()
+    assert proc.stdout.split() == [str(folder), str(folder)]
+    assert folder.is_dir()
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,6 @@ Slow tests: the acceptance criterion of docs/bayes.md §6 on the ebm synthetic s
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import warnings
 
@@ -335,20 +332,6 @@ def test_improper_flat_prior_is_rejected_before_sampling(no_sampling, tiny_log) 
 
 
 # ----------------------------------------------------------------------------- lazy imports
-
-
-def test_online_path_does_not_import_pymc() -> None:
-    code = (
-        "import sys\n"
-        "import hierbandit, hierbandit.stats, hierbandit.ebm, hierbandit.cascade, hierbandit.sclub\n"
-        "import hierbandit.boc, hierbandit.offline\n"
-        "import hierbandit.experiments\n"
-        "heavy = sorted(m for m in ('pymc', 'pytensor') if m in sys.modules)\n"
-        "assert not heavy, heavy\n"
-    )
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
 
 
 # ----------------------------------------------------------------------------- slow: docs/bayes.md §6
