@@ -1,7 +1,9 @@
 # hierbandit — the two commands of the README are `make run` and `make test`.
-# Everything is installed into ./.venv from requirements.lock; only python3.11 and make are needed.
+# Everything is installed into ./.venv from requirements.lock; only make and a CPython 3.12 are
+# needed, and tools/find-python finds one (on PATH, under pyenv, or in the usual folders).
 
-PYTHON ?= python3.11
+PY_VERSION := 3.12
+PYTHON ?= $(shell sh tools/find-python $(PY_VERSION))
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -13,7 +15,9 @@ PYTEST_WORKERS ?= 2
 env: $(STAMP)
 
 $(STAMP): requirements.lock pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -n "$(PYTHON)" || { echo "make: no Python $(PY_VERSION) found (tools/find-python)" >&2; exit 1; }
+	$(BIN)/python -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(PY_VERSION)")' 2>/dev/null \
+		|| { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
@@ -62,7 +66,7 @@ lint: env
 
 ## regenerate requirements.lock from pyproject.toml
 lock: env
-	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 --no-header -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra all --extra dev --python-version $(PY_VERSION) --no-header -o requirements.lock
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .ruff_cache

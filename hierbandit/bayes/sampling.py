@@ -263,7 +263,9 @@ def _sample_numpyro(
         "lp": -np.asarray(extra["potential_energy"]),
         "step_size": np.asarray(extra["step_size"]),
     }
-    idata = az.from_dict(posterior=posterior, sample_stats=stats, coords=coords, dims=dims)
+    idata = az.from_dict(
+        {"posterior": posterior, "sample_stats": stats}, coords=coords, dims=dims
+    )
     for group in ("posterior", "sample_stats"):
         idata[group].attrs.update(
             {"inference_library": "numpyro", "sampling_time": sampling_time, "tuning_steps": tune}
