@@ -112,8 +112,9 @@ def sample(
         )
     if var_names is not None:
         options["var_names"] = var_names
+    options = _pm_sample_options(options, cfg.nuts_sampler, cfg.chains)
     with model:
-        return pm.sample(
+        idata = pm.sample(
             draws=cfg.draws,
             tune=cfg.tune,
             chains=cfg.chains,
@@ -123,6 +124,96 @@ def sample(
             progressbar=cfg.progressbar,
             **options,
         )
+    return _tidy(idata, var_names)
+
+
+#: ``pm.sample``'s own keyword arguments; every other option is a NUTS setting (``nuts={...}``)
+_PM_SAMPLE_ARGS = frozenset(
+    {
+        "cores",
+        "progressbar_theme",
+        "quiet",
+        "step",
+        "initvals",
+        "init",
+        "jitter_max_retries",
+        "n_init",
+        "trace",
+        "discard_tuned_samples",
+        "compute_convergence_checks",
+        "keep_warning_stat",
+        "return_inferencedata",
+        "idata_kwargs",
+        "callback",
+        "mp_ctx",
+        "blas_cores",
+        "model",
+        "backend",
+        "compile_kwargs",
+        "nuts",
+        "var_names",
+    }
+)
+
+
+def _pm_sample_options(options: dict[str, Any], nuts_sampler: str, chains: int) -> dict[str, Any]:
+    """``pm.sample``'s keyword arguments from the configuration's options.
+
+    ``pm.sample`` takes the NUTS settings of every backend in ``nuts={...}``; the portable names
+    of the direct driver are translated: ``max_tree_depth`` (``max_treedepth`` for PyMC's NUTS
+    and nutpie) and ``dense_mass`` (PyMC's ``init="jitter+adapt_full"``, nutpie's low-rank
+    modified mass matrix). With fewer JAX host devices than chains, numpyro's chains run
+    vectorised. The end-of-sampling convergence checks are off unless asked for
+    (:func:`hierbandit.bayes.diagnose` runs them with named thresholds).
+    """
+    out = {k: v for k, v in options.items() if k in _PM_SAMPLE_ARGS}
+    nuts = dict(out.pop("nuts", None) or {})
+    nuts.update({k: v for k, v in options.items() if k not in _PM_SAMPLE_ARGS})
+    if nuts_sampler in ("pymc", "nutpie") and "max_tree_depth" in nuts:
+        nuts.setdefault("max_treedepth", nuts.pop("max_tree_depth"))
+    if nuts_sampler == "pymc" and "dense_mass" in nuts:
+        if nuts.pop("dense_mass"):
+            out.setdefault("init", "jitter+adapt_full")
+    elif nuts_sampler == "nutpie" and "dense_mass" in nuts:
+        if nuts.pop("dense_mass"):
+            nuts.setdefault("low_rank_modified_mass_matrix", True)
+    elif nuts_sampler == "numpyro":
+        import jax
+
+        if jax.local_device_count() < chains:
+            nuts.setdefault("chain_method", "vectorized")
+    if nuts:
+        out["nuts"] = nuts
+    out.setdefault("compute_convergence_checks", False)
+    return out
+
+
+#: sample statistics under ArviZ's names (nutpie's ``depth``, ``logp``, ``mean_tree_accept``)
+_STAT_NAMES = {
+    "depth": "tree_depth",
+    "logp": "lp",
+    "mean_tree_accept": "acceptance_rate",
+    "maxdepth_reached": "reached_max_treedepth",
+}
+
+
+def _tidy(idata: Any, var_names: list[str] | None) -> Any:
+    """The same result from every route: the posterior holds ``var_names`` (all when ``None``),
+    the sample statistics carry ArviZ's names, and those that are Python objects (messages,
+    which netCDF cannot store) are dropped, as ``pm.sample`` drops its ``warning`` statistic."""
+    import xarray as xr
+
+    post = idata["posterior"].to_dataset()
+    if var_names is not None:
+        keep = [v for v in post.data_vars if v in var_names]
+        if len(keep) < len(post.data_vars):
+            idata["posterior"] = xr.DataTree(post[keep])
+    stats = idata["sample_stats"].to_dataset()
+    rename = {k: v for k, v in _STAT_NAMES.items() if k in stats and v not in stats}
+    drop = [k for k, v in stats.data_vars.items() if v.dtype == object]
+    if rename or drop:
+        idata["sample_stats"] = xr.DataTree(stats.drop_vars(drop).rename(rename))
+    return idata
 
 
 def _sample_numpyro(
@@ -263,9 +354,7 @@ def _sample_numpyro(
         "lp": -np.asarray(extra["potential_energy"]),
         "step_size": np.asarray(extra["step_size"]),
     }
-    idata = az.from_dict(
-        {"posterior": posterior, "sample_stats": stats}, coords=coords, dims=dims
-    )
+    idata = az.from_dict({"posterior": posterior, "sample_stats": stats}, coords=coords, dims=dims)
     for group in ("posterior", "sample_stats"):
         idata[group].attrs.update(
             {"inference_library": "numpyro", "sampling_time": sampling_time, "tuning_steps": tune}
@@ -345,8 +434,7 @@ def _sample_nutpie(
         save_warmup=False,
         **kwargs,
     )
-    keep = [v for v in idata.posterior.data_vars if var_names is None or v in var_names]
-    idata.posterior = idata.posterior[keep]
+    idata = _tidy(idata, var_names)
     for group in ("posterior", "sample_stats"):
         idata[group].attrs.update(
             {

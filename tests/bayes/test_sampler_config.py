@@ -197,6 +197,10 @@ def test_sample_passes_the_configuration_to_the_driver(monkeypatch):
 
     monkeypatch.setattr(pm, "sample", fake_pm_sample)
     got.clear()
+    monkeypatch.setattr(sampling, "_tidy", lambda idata, var_names: idata)
+    import jax
+
+    monkeypatch.setattr(jax, "local_device_count", lambda: 2)  # a device per chain
     assert sampling.sample(model, driver="pymc", var_names=["x"], cores=1) == "pm-idata"
     assert got == {
         "draws": 1000,
@@ -208,4 +212,18 @@ def test_sample_passes_the_configuration_to_the_driver(monkeypatch):
         "progressbar": False,
         "var_names": ["x"],
         "cores": 1,
+        "compute_convergence_checks": False,
     }
+    # NUTS settings go to ``nuts={...}``, under each backend's name
+    got.clear()
+    sampling.sample(
+        model, driver="pymc", nuts_sampler="pymc", max_tree_depth=8, dense_mass=True, cores=1
+    )
+    assert got["nuts"] == {"max_treedepth": 8} and got["init"] == "jitter+adapt_full"
+    assert got["cores"] == 1
+    got.clear()
+    sampling.sample(model, driver="pymc", nuts_sampler="nutpie", dense_mass=True, step_scale=0.5)
+    assert got["nuts"] == {"low_rank_modified_mass_matrix": True, "step_scale": 0.5}
+    got.clear()  # numpyro with fewer devices than chains: vectorised chains
+    sampling.sample(model, driver="pymc", chains=3)
+    assert got["nuts"] == {"chain_method": "vectorized"}
