@@ -1,15 +1,21 @@
 """Convergence diagnostics of MCMC runs, in ArviZ terms.
 
-:func:`diagnose` reads an :class:`arviz.InferenceData` (or anything holding one as ``.idata``),
-computes ArviZ's summary (R-hat, bulk and tail ESS, MCSE) and the number of divergent transitions,
-and names every parameter that is past a threshold.
+:func:`diagnose` reads the :class:`xarray.DataTree` of a run (ArviZ's layout: a ``posterior``
+group and, from NUTS, ``sample_stats``) or anything holding one as ``.idata`` (a prior, a
+comparison), computes ArviZ's summary (R-hat, bulk and tail ESS, MCSE) and the number of divergent
+transitions, and names every parameter that is past a threshold.
+
+Parameters are labelled by their coordinate values, e.g. ``Sigma[Action, time, weekend]``. A
+symmetric matrix (two dimensions ``d`` and ``d_`` with the same coordinates, such as Σ's
+``feature`` and ``feature_``, whose draws are symmetric) has ``d(d+1)/2`` distinct entries: the
+tables, the problems and the plots count each off-diagonal pair once, by its lower-triangle entry
+(the position along ``d`` at or after the one along ``d_``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import arviz as az
 import numpy as np
 import pandas as pd
+import xarray as xr
 
 from hierbandit._validation import check_scalar
 
@@ -25,35 +32,133 @@ if TYPE_CHECKING:
 
 __all__ = ["Diagnostics", "diagnose"]
 
-# ArviZ 0.23's numba path of mcse(method="sd") trips a NumPy 1.25 deprecation on every parameter
-_ARVIZ_NUMPY_DEPRECATION = "Conversion of an array with ndim > 0 to a scalar"
+_SAMPLE_DIMS = ("chain", "draw")
+#: probability of the summary's highest-density interval (columns ``hdi94_lb``, ``hdi94_ub``)
+_HDI_PROB = 0.94
+#: quantiles of the tail ESS
+_TAIL_PROBS = (0.05, 0.95)
 
 
-def _as_idata(obj: Any) -> az.InferenceData:
-    if isinstance(obj, az.InferenceData):
-        idata = obj
-    elif isinstance(getattr(obj, "idata", None), az.InferenceData):
-        idata = obj.idata
-    else:
+class _Labeller(az.labels.BaseLabeller):
+    """ArviZ's labels, on one line everywhere: ``Sigma[Action, time, intercept]``."""
+
+    def make_label_vert(self, var_name: Any, sel: Any, isel: Any) -> str:
+        return self.make_label_flat(var_name, sel, isel)
+
+
+def _as_tree(obj: Any) -> xr.DataTree:
+    tree = obj if isinstance(obj, xr.DataTree) else getattr(obj, "idata", None)
+    if not isinstance(tree, xr.DataTree):
         raise TypeError(
-            "obj must be an arviz.InferenceData or have an .idata InferenceData attribute, got "
-            f"{type(obj).__name__}"
+            "obj must be an xarray.DataTree (an MCMC run in ArviZ's layout) or have an .idata "
+            f"DataTree attribute, got {type(obj).__name__}"
         )
-    if "posterior" not in idata.groups():
+    if "posterior" not in tree.children:
         raise ValueError("obj has no posterior group to diagnose")
-    return idata
+    return tree
 
 
-def _count_divergences(idata: az.InferenceData) -> int:
-    stats = getattr(idata, "sample_stats", None)
-    if stats is None or "diverging" not in stats:
+def _count_divergences(tree: xr.DataTree) -> int:
+    if "sample_stats" not in tree.children or "diverging" not in tree["sample_stats"]:
         return 0
-    return int(np.asarray(stats["diverging"]).sum())
+    return int(np.asarray(tree["sample_stats"]["diverging"]).sum())
 
 
-def _figure_of(axes: Any) -> Figure:
-    ax = np.ravel(np.asarray(axes, dtype=object))[0]
-    return ax.get_figure()
+def _var_list(var_names: Any) -> list[str] | None:
+    if var_names is None:
+        return None
+    return [var_names] if isinstance(var_names, str) else list(var_names)
+
+
+# ---------------------------------------------------------------------- the parameters, once
+def _is_symmetric(da: xr.DataArray, dim: str, twin: str) -> bool:
+    """Whether ``da`` is a symmetric matrix in (``dim``, ``twin``), draw by draw."""
+    if da.sizes[dim] != da.sizes[twin]:
+        return False
+    if (
+        dim in da.coords
+        and twin in da.coords
+        and not np.array_equal(da[dim].to_numpy(), da[twin].to_numpy())
+    ):
+        return False
+    a = da.transpose(..., dim, twin).to_numpy()
+    if not np.issubdtype(a.dtype, np.number):
+        return False
+    scale = float(np.nanmax(np.abs(a))) if a.size else 0.0
+    return bool(
+        np.allclose(a, np.swapaxes(a, -1, -2), rtol=1e-9, atol=1e-12 * scale, equal_nan=True)
+    )
+
+
+def _lower_triangle(da: xr.DataArray, dim: str, twin: str) -> xr.DataArray:
+    """The distinct entries of a symmetric ``da``: one dimension ``<dim>_pair`` whose
+    coordinate reads ``"<dim value>, <twin value>"`` (so that ArviZ's labels read
+    ``Sigma[arm, feature, feature_]``), lower triangle (position along ``dim`` ≥ along ``twin``)
+    in row order."""
+    moved = da.transpose(..., dim, twin)
+    rows, cols = np.tril_indices(da.sizes[dim])
+    first = moved[dim].to_numpy() if dim in moved.coords else np.arange(da.sizes[dim])
+    second = moved[twin].to_numpy() if twin in moved.coords else np.arange(da.sizes[twin])
+    pair = f"{dim}_pair"
+    labels = [f"{first[i]}, {second[j]}" for i, j in zip(rows, cols, strict=True)]
+    values = moved.to_numpy()[..., rows, cols]
+    kept = moved.dims[:-2]
+    coords = {c: moved[c] for c in kept if c in moved.coords}
+    coords[pair] = labels
+    return xr.DataArray(values, dims=(*kept, pair), coords=coords, name=da.name, attrs=da.attrs)
+
+
+def _distinct_entries(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with every symmetric matrix reduced to its distinct (lower-triangle) entries.
+
+    A variable is a symmetric matrix in dimensions ``d`` and ``d_`` (the package's naming of a
+    matrix's two axes over the same set, e.g. Σ's ``feature`` and ``feature_``) when both have
+    the same coordinates and every draw is symmetric; other variables are unchanged.
+    """
+    out = {}
+    for name, da in ds.data_vars.items():
+        for dim in list(da.dims):
+            twin = f"{dim}_"
+            if dim in da.dims and twin in da.dims and _is_symmetric(da, dim, twin):
+                da = _lower_triangle(da, dim, twin)
+        out[name] = da
+    return xr.Dataset(out, attrs=ds.attrs)
+
+
+def _with_names(ds: xr.Dataset, names: Mapping[str, Any] | None) -> xr.Dataset:
+    """``ds`` with the coordinate values of some dimensions replaced by display names
+    (``names={"arm": ["Action", …]}``; a dimension ``d_`` takes ``d``'s names unless given)."""
+    if not names:
+        return ds
+    new = {}
+    for dim, values in names.items():
+        for target in (dim, f"{dim}_"):
+            if target in ds.dims and (target == dim or target not in names):
+                values = [str(v) for v in values]
+                if len(values) != ds.sizes[target]:
+                    raise ValueError(
+                        f"names[{dim!r}] has {len(values)} names for {ds.sizes[target]} "
+                        f"values of {target!r}"
+                    )
+                new[target] = values
+    unknown = sorted(set(names) - set(ds.dims))
+    if unknown:
+        raise ValueError(f"names: no dimension {unknown} in the posterior; it has {list(ds.dims)}")
+    return ds.assign_coords(new)
+
+
+def _posterior_view(
+    tree: xr.DataTree,
+    var_names: list[str] | None,
+    names: Mapping[str, Any] | None,
+    coords: Mapping[str, Any] | None = None,
+) -> xr.Dataset:
+    """The posterior variables to diagnose, named and with each symmetric entry once."""
+    ds = az.extract(tree, group="posterior", var_names=var_names, combined=False, keep_dataset=True)
+    ds = _with_names(ds, names)
+    if coords:
+        ds = ds.sel(coords)
+    return _distinct_entries(ds)
 
 
 @dataclass
@@ -63,17 +168,24 @@ class Diagnostics:
     Attributes
     ----------
     summary : pandas.DataFrame
-        :func:`arviz.summary` (``mean``, ``sd``, HDI, ``mcse_mean``, ``mcse_sd``, ``ess_bulk``,
-        ``ess_tail``, ``r_hat``), one row per scalar parameter.
+        :func:`arviz.summary` (``mean``, ``sd``, 94 % HDI ``hdi94_lb``/``hdi94_ub``,
+        ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``, ``mcse_sd``), one row per distinct
+        scalar parameter (a symmetric matrix's off-diagonal pair once), labelled by coordinate
+        values, e.g. ``Sigma[Action, time, intercept]``.
     divergences : int
         Number of divergent transitions after tuning (0 when the run records none).
     problems : list of str
-        One line per threshold crossed, e.g. ``"Sigma[0, 1, 2]: r_hat 1.03 > 1.01"``.
+        One line per threshold crossed, e.g. ``"Sigma[Action, time, intercept]: r_hat 1.03 >
+        1.01"``.
     rhat_max, ess_min : float
         The thresholds used.
     n_chains, n_draws : int
         Size of the posterior sample.
-    idata : arviz.InferenceData
+    var_names : list of str or None
+        The variables diagnosed (``None``: every posterior variable).
+    names : dict or None
+        Display names of coordinate values (:func:`diagnose`).
+    idata : xarray.DataTree
         The run (used by the plotting methods).
     """
 
@@ -85,7 +197,8 @@ class Diagnostics:
     n_chains: int
     n_draws: int
     var_names: list[str] | None = None
-    idata: az.InferenceData | None = field(default=None, repr=False)
+    names: dict[str, list[str]] | None = None
+    idata: xr.DataTree | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -152,53 +265,125 @@ class Diagnostics:
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
 
-    def _plot_vars(self, var_names: Any) -> Any:
-        return self.var_names if var_names is None else var_names
+    def _view(self, var_names: Any, coords: Mapping[str, Any] | None) -> xr.Dataset:
+        if self.idata is None:
+            raise ValueError("these diagnostics hold no run (idata) to plot")
+        chosen = self.var_names if var_names is None else _var_list(var_names)
+        return _posterior_view(self.idata, chosen, self.names, coords)
 
     def plot_trace(
-        self, path: str | Path | None = None, var_names: Any = None, **kwargs: Any
+        self,
+        path: str | Path | None = None,
+        var_names: Any = None,
+        coords: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> Figure:
-        """ArviZ trace plot (:func:`arviz.plot_trace`); saved to ``path`` when given.
+        """Marginal densities and traces (:func:`arviz.plot_trace_dist`), saved to ``path``
+        when given.
+
+        Parameters
+        ----------
+        path
+            Where to save the figure (format from the suffix).
+        var_names
+            Variables to plot (default those diagnosed).
+        coords
+            Selection of coordinate values (``{"feature": ["intercept"], …}``; display names
+            when the diagnostics were given ``names``).
+        **kwargs
+            Passed to :func:`arviz.plot_trace_dist` (``compact``, ``combined``,
+            ``figure_kwargs={"figsize": …}``…). Divergent transitions are marked.
 
         Returns
         -------
         matplotlib.figure.Figure
             The figure; its axes are ``fig.axes``.
         """
-        with _quiet_plotting():
-            axes = az.plot_trace(
-                self._require_idata(), var_names=self._plot_vars(var_names), **kwargs
-            )
-        fig = _figure_of(axes)
+        view = self._view(var_names, coords)
+        groups = {"posterior": view}
+        tree = self.idata
+        if tree is not None and "sample_stats" in tree.children:
+            groups["sample_stats"] = tree["sample_stats"].to_dataset()
+        kwargs.setdefault("labeller", _Labeller())
+        pc = az.plot_trace_dist(xr.DataTree.from_dict(groups), backend="matplotlib", **kwargs)
+        fig = pc.get_viz("figure")
         if path is not None:
             fig.savefig(path)
         return fig
 
     def plot_forest(
-        self, path: str | Path | None = None, var_names: Any = None, **kwargs: Any
+        self,
+        path: str | Path | None = None,
+        var_names: Any = None,
+        coords: Mapping[str, Any] | None = None,
+        *,
+        combined: bool = False,
+        **kwargs: Any,
     ) -> Figure:
-        """ArviZ forest plot with R-hat and ESS columns (:func:`arviz.plot_forest`).
+        """Forest plot (:func:`arviz.plot_forest`) with an R-hat and a bulk-ESS column.
+
+        One row per distinct scalar parameter, labelled as in :attr:`summary`; a value past
+        ``rhat_max`` or ``ess_min`` is drawn in red.
+
+        Parameters
+        ----------
+        path, var_names, coords
+            As for :meth:`plot_trace`.
+        combined
+            One interval for all chains (default: one per chain).
+        **kwargs
+            Passed to :func:`arviz.plot_forest`.
 
         Returns
         -------
         matplotlib.figure.Figure
         """
-        kwargs.setdefault("combined", False)
-        kwargs.setdefault("r_hat", True)
-        kwargs.setdefault("ess", True)
-        with _quiet_plotting():
-            axes = az.plot_forest(
-                self._require_idata(), var_names=self._plot_vars(var_names), **kwargs
-            )
-        fig = _figure_of(axes)
+        view = self._view(var_names, coords)
+        flat = az.dataset_to_dataarray(view, sample_dims=list(_SAMPLE_DIMS), new_dim="parameter")
+        ds = flat.rename("value").to_dataset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # ArviZ's shape warnings
+            rhat = az.rhat(ds)
+            ess = az.ess(ds, method="bulk")
+        columns = ["labels", "forest", "r_hat", "ess"]
+        data = ds.expand_dims(column=len(columns)).assign_coords(column=columns)
+        kwargs.setdefault("labels", ["parameter"])
+        # room for labels such as "Sigma[Adventure, weekend, intercept]"; narrow text columns
+        figure_kwargs = dict(kwargs.pop("figure_kwargs", None) or {})
+        figure_kwargs.setdefault("width_ratios", [2.5, 3.0, 0.8, 0.8])
+        kwargs["figure_kwargs"] = figure_kwargs
+        pc = az.plot_forest(data, combined=combined, backend="matplotlib", **kwargs)
+        y = pc.get_aes_as_dataset("y")
+        if "chain" in y.dims:
+            y = y.mean("chain")  # one figure per parameter, in the middle of its chains
+        ignore = pc.aes_set - {"overlay"}
+        for column, values, bad, fmt in (
+            ("r_hat", rhat, rhat > self.rhat_max, "{:.3f}"),
+            ("ess", ess, ess < self.ess_min, "{:.0f}"),
+        ):
+            # a value past its threshold in red (ArviZ skips the NaN of each pass)
+            for label, shown, color in (
+                (column, values.where(~bad), "B1"),
+                (f"{column}_bad", values.where(bad), "red"),
+            ):
+                pc.map(
+                    az.visuals.annotate_xy,
+                    label,
+                    data=shown,
+                    text=fmt.format,
+                    x=0.5,
+                    y=y,
+                    color=color,
+                    horizontal_align="center",
+                    vertical_align="center",
+                    coords={"column": column},
+                    ignore_aes=ignore,
+                )
+        _column_titles(pc, {"r_hat": "R-hat", "ess": "ESS bulk"})
+        fig = pc.get_viz("figure")
         if path is not None:
             fig.savefig(path)
         return fig
-
-    def _require_idata(self) -> az.InferenceData:
-        if self.idata is None:
-            raise ValueError("these diagnostics hold no InferenceData to plot")
-        return self.idata
 
     def __repr__(self) -> str:
         return (
@@ -208,14 +393,21 @@ class Diagnostics:
         )
 
 
-@contextlib.contextmanager
-def _quiet_plotting() -> Iterator[None]:
-    """Silence the deprecation noise ArviZ 0.23's plots trigger in matplotlib ≥ 3.11."""
-    from matplotlib import MatplotlibDeprecationWarning
+def _column_titles(pc: Any, titles: dict[str, str]) -> None:
+    """Name the text columns of a forest plot below their axes, as the labels column is."""
+    for column, title in titles.items():
+        ax = pc.get_target(None, {"column": column})
+        ax.set_xlim(0.0, 1.0)
+        ax.set_xticks([0.5], [title])
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MatplotlibDeprecationWarning)
-        yield
+
+def _ess_tail(view: xr.Dataset) -> pd.Series:
+    """Tail ESS: the smaller ESS of the 5 % and 95 % quantile indicators (Vehtari et al. 2021,
+    as ArviZ 0.x computed it; ArviZ 1's summary takes the quantiles from its credible-interval
+    setting instead, 11 % and 89 % by default)."""
+    tail = view.azstats.ess(sample_dims=list(_SAMPLE_DIMS), method="tail", prob=_TAIL_PROBS)
+    frame = az.dataset_to_dataframe(tail.expand_dims(summary=["ess_tail"]), sample_dims=["summary"])
+    return frame.T["ess_tail"]
 
 
 def _nan_reduce(summary: pd.DataFrame, col: str, fn: Any) -> float:
@@ -241,6 +433,7 @@ def diagnose(
     obj: Any,
     *,
     var_names: Any = None,
+    names: Mapping[str, Any] | None = None,
     rhat_max: float = 1.01,
     ess_min: float = 400,
     warn: bool = True,
@@ -249,11 +442,17 @@ def diagnose(
 
     Parameters
     ----------
-    obj : arviz.InferenceData or object with an ``.idata`` attribute
-        The run (for example a :class:`~hierbandit.bayes.ClosedFormComparison`).
+    obj : xarray.DataTree or object with an ``.idata`` attribute
+        The run in ArviZ's layout (``posterior`` group; ``sample_stats`` for divergences), or
+        an object holding it, for example a prior or a
+        :class:`~hierbandit.bayes.ClosedFormComparison`.
     var_names : str or list of str, optional
         Variables to diagnose (ArviZ syntax, ``"~z"`` excludes); default every posterior
         variable.
+    names : mapping of str to sequence, optional
+        Display names of coordinate values, e.g. ``{"arm": ["Action", "Comedy", …]}`` when the
+        run's ``arm`` coordinate holds codes; a dimension ``d_`` (``feature_``) takes the names
+        of ``d`` unless given.
     rhat_max : float
         Largest acceptable (rank-normalised split) R-hat.
     ess_min : float
@@ -267,25 +466,24 @@ def diagnose(
 
     Notes
     -----
-    A parameter whose R-hat or ESS is NaN (a constant, or too few draws) is not flagged.
-    Divergent transitions are counted from ``sample_stats.diverging``; any divergence is a
-    problem.
+    A symmetric matrix (Σ) counts each off-diagonal pair once (module docstring). A parameter
+    whose R-hat or ESS is NaN (a constant, or too few draws) is not flagged. Divergent
+    transitions are counted from ``sample_stats.diverging``; any divergence is a problem.
     """
-    idata = _as_idata(obj)
+    tree = _as_tree(obj)
     rhat_max = check_scalar(rhat_max, "rhat_max", low=1.0)
     ess_min = check_scalar(ess_min, "ess_min", low=0.0)
-    if isinstance(var_names, str):
-        var_names = [var_names]
-    elif var_names is not None:
-        var_names = list(var_names)
+    var_names = _var_list(var_names)
+    names = None if names is None else {str(k): [str(v) for v in vs] for k, vs in names.items()}
+    view = _posterior_view(tree, var_names, names)
     with warnings.catch_warnings():
         # ArviZ warns about shapes (one chain, few draws); the thresholds report what matters
         warnings.simplefilter("ignore", UserWarning)
-        warnings.filterwarnings("ignore", _ARVIZ_NUMPY_DEPRECATION, DeprecationWarning)
-        summary = az.summary(idata, var_names=var_names, round_to="none")
-    post = idata.posterior
+        summary = az.summary(view, ci_kind="hdi", ci_prob=_HDI_PROB, round_to="none")
+        summary["ess_tail"] = _ess_tail(view).reindex(summary.index)
+    post = tree["posterior"]
     n_chains, n_draws = int(post.sizes.get("chain", 1)), int(post.sizes.get("draw", 0))
-    divergences = _count_divergences(idata)
+    divergences = _count_divergences(tree)
 
     problems: list[str] = []
     for name, row in summary.iterrows():
@@ -308,7 +506,8 @@ def diagnose(
         n_chains=n_chains,
         n_draws=n_draws,
         var_names=var_names,
-        idata=idata,
+        names=names,
+        idata=tree,
     )
     if warn and problems:
         shown = problems[:50]
