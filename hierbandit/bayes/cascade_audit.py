@@ -13,7 +13,6 @@ PyMC and ArviZ are imported inside the function that samples.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,7 +85,8 @@ class LaplaceNUTSComparison:
     checks : pandas.DataFrame
         The checks of ``docs/cascading.md`` (Laplace vs NUTS): ``value``, ``threshold``,
         ``ok``.
-    idata : arviz.InferenceData
+    idata : xarray.DataTree
+        The NUTS run (ArviZ's layout: ``posterior`` θ, ``sample_stats``).
     laplace : LaplaceApproximation
     settings : dict
     """
@@ -286,7 +286,7 @@ def compare_laplace_nuts(
     """
     import arviz as az
 
-    from hierbandit.bayes.diagnostics import _ARVIZ_NUMPY_DEPRECATION, diagnose
+    from hierbandit.bayes.diagnostics import diagnose
     from hierbandit.bayes.sampling import sample
 
     log = read_cascade_log(data, **columns)
@@ -306,13 +306,12 @@ def compare_laplace_nuts(
     idata = sample(model, cfg)
     wall = time.perf_counter() - start
     diag = diagnose(idata, var_names=["theta"], warn=False)
-    th = idata.posterior["theta"].transpose("chain", "draw", "param")
+    post = idata["posterior"].to_dataset()[["theta"]]
+    th = post["theta"].transpose("chain", "draw", "param")
     draws_flat = th.to_numpy().reshape(-1, p)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", _ARVIZ_NUMPY_DEPRECATION, DeprecationWarning)
-        mcse = az.mcse(idata, var_names=["theta"], method="mean")["theta"].to_numpy()
-    rhat = az.rhat(idata, var_names=["theta"])["theta"].to_numpy()
-    ess = az.ess(idata, var_names=["theta"], method="bulk")["theta"].to_numpy()
+    mcse = az.mcse(post, method="mean")["theta"].to_numpy()
+    rhat = az.rhat(post)["theta"].to_numpy()
+    ess = az.ess(post, method="bulk")["theta"].to_numpy()
     mc_mean = draws_flat.mean(axis=0)
     mc_sd = draws_flat.std(axis=0, ddof=1)
     mc_cov = np.cov(draws_flat, rowvar=False)
@@ -363,9 +362,7 @@ def compare_laplace_nuts(
     eta = th.to_numpy() @ Zh.T  # (chain, draw, n_predict)
     prob = expit(eta)
     prob_ds = xr.Dataset({"prob": (("chain", "draw", "row"), prob)})
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", _ARVIZ_NUMPY_DEPRECATION, DeprecationWarning)
-        prob_mcse = az.mcse(prob_ds, method="mean")["prob"].to_numpy()
+    prob_mcse = az.mcse(prob_ds, method="mean")["prob"].to_numpy()
     mu_l, s2_l = lap.logit_moments(Zh)
     s2_on = np.einsum("np,pq,nq->n", Zh, on_cov, Zh)
     predictive = pd.DataFrame(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 import numbers
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +39,7 @@ from hierbandit._validation import (
     check_scalar,
     check_vector,
 )
-from hierbandit.bayes.diagnostics import _ARVIZ_NUMPY_DEPRECATION, Diagnostics, diagnose
+from hierbandit.bayes.diagnostics import Diagnostics, diagnose
 from hierbandit.bayes.sampler_config import SamplerConfig, resolve_sampler
 from hierbandit.stats.hierarchical import posterior_cross_covariances, posterior_given_hyper
 from hierbandit.stats.suffstats import suffstats
@@ -324,8 +323,9 @@ class ClosedFormComparison:
         ``mcmc_mean``, ``mcmc_sd``, ``mcse_mean``, ``mcse_sd`` (ArviZ :func:`arviz.mcse`),
         ``z_mean = (mcmc_mean − closed_mean) / mcse_mean``, ``z_sd`` likewise, ``r_hat``,
         ``ess_bulk`` and ``ok = |z_mean| ≤ tolerance and |z_sd| ≤ tolerance``.
-    idata : arviz.InferenceData
-        The MCMC run of :func:`conditional_model`.
+    idata : xarray.DataTree
+        The MCMC run of :func:`conditional_model` (ArviZ's layout: ``posterior``,
+        ``sample_stats``).
     closed_form : xarray.Dataset
         :func:`closed_form_posterior` on the same data and hyperparameters.
     diagnostics : Diagnostics
@@ -337,7 +337,7 @@ class ClosedFormComparison:
     """
 
     table: pd.DataFrame
-    idata: az.InferenceData
+    idata: xr.DataTree
     closed_form: xr.Dataset
     diagnostics: Diagnostics
     tolerance: float
@@ -521,17 +521,15 @@ def _sampler_options(kwargs: dict[str, Any], nuts_sampler: str, chains: int, den
     kwargs["nuts_sampler_kwargs"] = nuts_kw
 
 
-def _comparison_table(idata: az.InferenceData, cf: xr.Dataset, tolerance: float) -> pd.DataFrame:
-    post = idata.posterior
+def _comparison_table(idata: xr.DataTree, cf: xr.Dataset, tolerance: float) -> pd.DataFrame:
+    post = idata["posterior"].to_dataset()[["beta", "beta0"]]
     sample_dims = ("chain", "draw")
-    mc_mean = post[["beta", "beta0"]].mean(sample_dims)
-    mc_sd = post[["beta", "beta0"]].std(sample_dims, ddof=1)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", _ARVIZ_NUMPY_DEPRECATION, DeprecationWarning)
-        se_mean = az.mcse(idata, var_names=["beta", "beta0"], method="mean")
-        se_sd = az.mcse(idata, var_names=["beta", "beta0"], method="sd")
-    rhat = az.rhat(idata, var_names=["beta", "beta0"])
-    ess = az.ess(idata, var_names=["beta", "beta0"], method="bulk")
+    mc_mean = post.mean(sample_dims)
+    mc_sd = post.std(sample_dims, ddof=1)
+    se_mean = az.mcse(post, method="mean")
+    se_sd = az.mcse(post, method="sd")
+    rhat = az.rhat(post)
+    ess = az.ess(post, method="bulk")
     closed = {
         "beta": (cf["mean"], cf["sd"]),
         "beta0": (cf["shared_mean"], cf["shared_sd"]),
