@@ -206,8 +206,8 @@ class GMMDiagnostic:
         Adjusted Rand index between ``map_partition`` and ``labels``.
     chain_logp : numpy.ndarray, shape (chains,)
         Mean log density per chain (a chain in another mode shows as an outlier).
-    idata : arviz.InferenceData
-        The posterior sample.
+    idata : xarray.DataTree
+        The posterior sample (ArviZ's layout: ``posterior``, ``sample_stats``).
     """
 
     labels: np.ndarray

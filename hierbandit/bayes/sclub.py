@@ -196,7 +196,8 @@ def fit_mixture(
     500 tuning steps); ``draws``, ``tune``, ``chains``, ``random_seed`` and ``kwargs`` (backend
     options) replace its fields when given. ADVI uses ``draws`` and ``random_seed`` only.
 
-    Returns ArviZ InferenceData.
+    Returns the run as an :class:`xarray.DataTree` in ArviZ's layout (``posterior``, and
+    ``sample_stats`` from NUTS).
     """
     check_choice(method, ("nuts", "advi"), "method")
     cfg = resolve_sampler(
@@ -236,7 +237,7 @@ def posterior_summary(
     Parameters
     ----------
     idata
-        InferenceData of :func:`fit_mixture` (posterior ``w``, ``mu``, ``sigma`` [, ``tau``]).
+        The run of :func:`fit_mixture` (posterior ``w``, ``mu``, ``sigma`` [, ``tau``]).
     G, b, rr, N
         The per-user statistics the model was built from.
     max_draws : int, default 400
