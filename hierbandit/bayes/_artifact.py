@@ -2,11 +2,13 @@
 
 :class:`~hierbandit.bayes.prior.HierarchicalPrior` (the ebm prior) and
 :class:`~hierbandit.bayes.cascade.CascadePrior` (the cascade prior) are both an
-:class:`xarray.Dataset` of point values whose attributes record the provenance of the fit, plus
-the ArviZ :class:`~arviz.InferenceData` of a full-Bayes fit. :class:`PriorArtifact` owns what they
-share: the file (``docs/bayes.md``, Persistence), the loader, the provenance and equality.
+:class:`xarray.Dataset` of point values whose attributes record the provenance of the fit, plus,
+for a full-Bayes fit, the ArviZ draws: an :class:`xarray.DataTree` whose children are the ArviZ
+groups (``posterior``, ``sample_stats``, ``observed_data``, ``log_likelihood``…).
+:class:`PriorArtifact` owns what they share: the file (``docs/bayes.md``, Persistence), the
+loader, the provenance and equality.
 
-This module does not import PyMC (ArviZ only when a file holds draws).
+This module imports neither PyMC nor ArviZ.
 """
 
 from __future__ import annotations
@@ -23,50 +25,161 @@ from hierbandit._io import decode_attrs, netcdf_attrs, write_sealed_netcdf
 from hierbandit._version import __version__
 from hierbandit.errors import InvalidFileError
 
-__all__ = ["PriorArtifact", "prior_tree", "provenance_attrs", "read_prior_tree"]
+__all__ = [
+    "ARVIZ_GROUPS",
+    "PriorArtifact",
+    "draws_tree",
+    "prior_tree",
+    "provenance_attrs",
+    "read_prior_tree",
+]
+
+#: the groups of ArviZ's data schema: the only children a prior's file (and ``prior.idata``) may
+#: have; anything else in a file is refused
+ARVIZ_GROUPS = (
+    "posterior",
+    "posterior_predictive",
+    "predictions",
+    "log_likelihood",
+    "log_prior",
+    "sample_stats",
+    "observed_data",
+    "constant_data",
+    "predictions_constant_data",
+    "prior",
+    "prior_predictive",
+    "sample_stats_prior",
+    "unconstrained_posterior",
+    "unconstrained_prior",
+    "warmup_posterior",
+    "warmup_posterior_predictive",
+    "warmup_predictions",
+    "warmup_sample_stats",
+    "warmup_log_likelihood",
+    "warmup_log_prior",
+)
+
+#: the group under which files written before the move to ArviZ 1 kept the ArviZ groups
+#: (``/idata/posterior``…); still read, never written
+LEGACY_GROUP = "idata"
 
 
-def prior_tree(dataset: xr.Dataset, idata: Any) -> xr.DataTree:
-    """A prior's file layout: its variables at the root, the InferenceData under ``idata``."""
+def _group_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Attributes of an ArviZ group as netCDF stores them: as :func:`netcdf_attrs`, except that a
+    list of two or more strings (ArviZ's ``sample_dims``) stays a native string array, so that
+    ArviZ reads the group straight from the file (h5netcdf gives back a one-item list as a plain
+    string: such a list is JSON-encoded like other values)."""
+    native = {
+        k: list(v)
+        for k, v in attrs.items()
+        if isinstance(v, list | tuple) and len(v) > 1 and all(isinstance(x, str) for x in v)
+    }
+    out = netcdf_attrs({k: v for k, v in attrs.items() if k not in native})
+    return {k: native.get(k, out.get(k)) for k in attrs}
+
+
+def draws_tree(groups: dict[str, xr.Dataset]) -> xr.DataTree:
+    """The draws of a fit as ArviZ 1 holds them: a DataTree with one child per ArviZ group."""
+    unknown = sorted(set(groups) - set(ARVIZ_GROUPS))
+    if unknown:
+        raise ValueError(f"unknown ArviZ groups {unknown}")
+    return xr.DataTree.from_dict({name: groups[name] for name in ARVIZ_GROUPS if name in groups})
+
+
+def _groups(idata: xr.DataTree) -> dict[str, xr.Dataset]:
+    """The ArviZ groups of ``idata`` as Datasets (coordinates inherited from its root included)."""
+    return {name: node.to_dataset(inherit=True) for name, node in idata.children.items()}
+
+
+def check_idata(idata: Any) -> None:
+    """Raise ``TypeError`` or ``ValueError`` unless ``idata`` is ``None`` or a DataTree whose
+    children are ArviZ groups, each a plain Dataset (no groups below it)."""
+    if idata is None:
+        return
+    if not isinstance(idata, xr.DataTree):
+        raise TypeError(
+            f"idata must be an xarray.DataTree of ArviZ groups (ArviZ 1), got {type(idata).__name__}"
+        )
+    unknown = sorted(set(idata.children) - set(ARVIZ_GROUPS))
+    if unknown:
+        raise ValueError(f"idata holds groups {unknown} that are not ArviZ groups")
+    for name, node in idata.children.items():
+        if node.children:
+            raise ValueError(f"idata group {name!r} holds groups of its own")
+
+
+def prior_tree(dataset: xr.Dataset, idata: xr.DataTree | None) -> xr.DataTree:
+    """A prior's file layout: its variables at the root, every ArviZ group of ``idata`` a
+    top-level group (``/posterior``, ``/sample_stats``, ``/log_likelihood``…), so that
+    ``xarray.open_datatree`` and ArviZ's loaders give the groups directly.
+
+    The groups inherit the root's coordinates (``arm``, ``feature``…, or ``param``), so a group
+    that has one of them must hold the same values; DataTree refuses the tree otherwise
+    (``ValueError``)."""
     root = dataset.copy()
     root.attrs = netcdf_attrs(dict(dataset.attrs))
     children: dict[str, xr.Dataset] = {"/": root}
     if idata is not None:
-        for group in idata.groups():
-            ds = idata[group].copy()
-            ds.attrs = netcdf_attrs(dict(ds.attrs))
-            children[f"/idata/{group}"] = ds
-    return xr.DataTree.from_dict(children)
+        check_idata(idata)
+        for name, ds in _groups(idata).items():
+            ds = ds.copy()
+            ds.attrs = _group_attrs(dict(ds.attrs))
+            children[f"/{name}"] = ds
+    try:
+        return xr.DataTree.from_dict(children)
+    except ValueError as exc:
+        raise ValueError(
+            f"the draws' coordinates disagree with the prior's own ({exc})".replace("\n", " ")
+        ) from None
 
 
-def read_prior_tree(tree: xr.DataTree) -> tuple[xr.Dataset, Any]:
-    """Inverse of :func:`prior_tree`: the root Dataset and the InferenceData (or ``None``)."""
-    unknown = set(tree.children) - {"idata"}
+def read_prior_tree(tree: xr.DataTree) -> tuple[xr.Dataset, xr.DataTree | None]:
+    """Inverse of :func:`prior_tree`: the root Dataset and the draws (``None`` without).
+
+    Reads both layouts: the ArviZ groups at the top level (this version) and under ``/idata``
+    (files written before ArviZ 1). Anything else is refused with a ``ValueError`` naming it:
+    a group that is not an ArviZ group, groups below a group, the two layouts mixed, variables
+    in ``/idata``.
+    """
+    names = set(tree.children)
+    if LEGACY_GROUP in names:
+        if names != {LEGACY_GROUP}:
+            raise ValueError(
+                f"unexpected groups {sorted(names - {LEGACY_GROUP})} beside /idata in a prior"
+            )
+        holder = tree[LEGACY_GROUP]
+        if holder.to_dataset(inherit=False).variables:
+            raise ValueError("unexpected variables in the prior's /idata group")
+        where = "/idata/"
+    else:
+        holder = tree
+        where = "/"
+    unknown = sorted(set(holder.children) - set(ARVIZ_GROUPS))
     if unknown:
-        raise ValueError(f"unexpected groups {sorted(unknown)} in a prior")
-    root = tree.to_dataset().load()
+        raise ValueError(
+            f"unexpected groups {[where + u for u in unknown]} in a prior (only the prior's "
+            f"variables at the root and ArviZ groups: {', '.join(ARVIZ_GROUPS)})"
+        )
+    root = tree.to_dataset(inherit=False).load()
     root.attrs = decode_attrs(dict(root.attrs))
-    idata = None
-    if "idata" in tree.children:
-        import arviz as az
-
-        groups = {}
-        for name, node in tree["idata"].children.items():
-            if node.children:
-                raise ValueError(f"unexpected groups under idata/{name} in a prior")
-            ds = _group_dataset(node)
-            ds.attrs = decode_attrs(dict(ds.attrs))
-            groups[name] = ds
-        idata = az.InferenceData(**groups)
-    return root, idata
+    if not holder.children:
+        return root, None
+    groups = {}
+    for name, node in holder.children.items():
+        if node.children:
+            raise ValueError(f"unexpected groups under {where}{name} in a prior")
+        ds = _group_dataset(node)
+        ds.attrs = decode_attrs(dict(ds.attrs))
+        groups[name] = ds
+    return root, draws_tree(groups)
 
 
 def _group_dataset(node: xr.DataTree) -> xr.Dataset:
-    """A stored InferenceData group with the coordinates it uses, including those the DataTree
+    """A stored ArviZ group with the coordinates it uses, including those the DataTree
     stored once at the root (DataTree does not repeat coordinates its children inherit)."""
     own = node.to_dataset(inherit=False)
     full = node.to_dataset(inherit=True)
-    used = {dim for var in own.data_vars.values() for dim in var.dims}
+    used = {dim for var in own.variables.values() for dim in var.dims}
     extra = {
         name: full[name]
         for name in full.coords
@@ -92,18 +205,25 @@ def provenance_attrs(method: str, log: Any, **fields: Any) -> dict[str, Any]:
 
 class PriorArtifact:
     """A fitted prior: a Dataset of point values with the provenance in its attributes, and the
-    InferenceData of a full-Bayes fit.
+    draws of a full-Bayes fit.
+
+    **Draws.** ``idata`` is ``None`` or an :class:`xarray.DataTree` whose children are ArviZ
+    groups (:data:`ARVIZ_GROUPS`), as ArviZ 1 returns them. Its coordinates must agree with the
+    Dataset's where they share a name (checked here): the file stores such a coordinate once.
 
     **File.** :meth:`save` writes one sealed netCDF file atomically (:mod:`hierbandit._container`;
-    never pickle): the Dataset at the root group, every InferenceData group under ``/idata``
-    (:func:`prior_tree`). :meth:`load` treats the file as untrusted input: the seal is verified
-    and the container walked with a deadline before it is parsed, and the subclass validates
-    every array; any defect raises :class:`~hierbandit.errors.InvalidFileError` naming the file.
-    Each subclass names its sealed-file ``kind``, so one kind of prior is never read as another.
+    never pickle): the Dataset at the root group and every ArviZ group as a top-level group
+    (:func:`prior_tree`), so that ``xarray.open_datatree(path, engine="h5netcdf")`` and
+    ``arviz.from_netcdf`` read the draws as they are. :meth:`load` treats the file as untrusted
+    input: the seal is verified and the container walked with a deadline before it is parsed,
+    groups that are not ArviZ groups are refused, and the subclass validates every array of the
+    Dataset; any defect raises :class:`~hierbandit.errors.InvalidFileError` naming the file. Files
+    of the earlier layout (the groups under ``/idata``) load too. Each subclass names its
+    sealed-file ``kind``, so one kind of prior is never read as another.
 
     **Equality.** An artifact is its content. Two are equal when they are of the same class, their
     Datasets are :meth:`xarray.Dataset.identical` (values, dims, coordinates and attributes: the
-    provenance) and they hold the same draws: both none, or the same InferenceData groups, each
+    provenance) and they hold the same draws: both none, or the same ArviZ groups, each
     identical. Two fits from one log that differ only in their MCMC draws (another seed) are
     therefore different artifacts, as their files are. A round trip through :meth:`save` and
     :meth:`load` gives an equal artifact. Artifacts are mutable objects, so they are unhashable.
@@ -116,10 +236,12 @@ class PriorArtifact:
     #: what the file is called in messages ("invalid {label} (...)")
     label: ClassVar[str]
 
-    def __init__(self, dataset: xr.Dataset, idata: Any = None) -> None:
+    def __init__(self, dataset: xr.Dataset, idata: xr.DataTree | None = None) -> None:
         if not isinstance(dataset, xr.Dataset):
             raise TypeError("dataset must be an xarray.Dataset")
         self._validate(dataset)
+        if idata is not None:
+            prior_tree(dataset, idata)  # the groups are ArviZ groups, the coordinates agree
         self.dataset = dataset
         self.idata = idata
 
@@ -147,10 +269,8 @@ class PriorArtifact:
             return False
         if self.idata is None or other.idata is None:
             return self.idata is None and other.idata is None
-        groups = set(self.idata.groups())
-        return groups == set(other.idata.groups()) and all(
-            self.idata[g].identical(other.idata[g]) for g in groups
-        )
+        mine, theirs = _groups(self.idata), _groups(other.idata)
+        return mine.keys() == theirs.keys() and all(mine[g].identical(theirs[g]) for g in mine)
 
     __hash__ = None  # type: ignore[assignment]
 

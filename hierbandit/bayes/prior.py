@@ -3,10 +3,12 @@
 :class:`HierarchicalPrior` is what :func:`hierbandit.bayes.fit_prior` returns, what
 ``EbmTS(..., prior=prior)`` warm-starts from, and what ``models/`` stores. It holds an
 :class:`xarray.Dataset` with named dims (arm, feature, feature_), the provenance of the fit, and
-for full-Bayes fits the ArviZ :class:`~arviz.InferenceData` (``prior.idata``).
+for full-Bayes fits the draws as ArviZ 1 holds them (``prior.idata``, an :class:`xarray.DataTree`
+of ArviZ groups).
 
-Files are netCDF only (never pickle): the prior's variables at the root group, the
-InferenceData groups under ``/idata``, sealed with their size and SHA-256
+Files are netCDF only (never pickle): the prior's variables at the root group, the ArviZ
+groups as top-level groups (``/posterior``, ``/log_likelihood``…; files of the earlier layout,
+with them under ``/idata``, load too), sealed with their size and SHA-256
 (:mod:`hierbandit._container`). :meth:`HierarchicalPrior.save` writes to a temporary file in the
 same folder and atomically renames it, so an interrupted save leaves the previous file intact;
 :meth:`HierarchicalPrior.load` treats the file as untrusted input. Saving, loading, provenance and
@@ -60,8 +62,10 @@ class HierarchicalPrior(PriorArtifact):
         Variables ``shared_mean`` (arm, feature), ``shared_cov`` ``(arm, feature, feature_)``,
         ``Sigma`` ``(arm, feature, feature_)``, ``sigma2`` (arm), optionally more (diagnostics of
         the fit); attributes hold the provenance (method, λ, data hash, package version…).
-    idata : arviz.InferenceData, optional
-        Posterior draws of a full-Bayes fit.
+    idata : xarray.DataTree, optional
+        The draws of a full-Bayes fit: ArviZ groups (``posterior``, ``sample_stats``,
+        ``observed_data``, ``log_likelihood``, optionally ``posterior_predictive``), as
+        :func:`~hierbandit.bayes.fit_prior` makes them (``docs/bayes.md``, Persistence).
 
     Notes
     -----
@@ -133,12 +137,14 @@ class HierarchicalPrior(PriorArtifact):
 
     # ------------------------------------------------------------------ checkpoints
     def to_datatree(self) -> xr.DataTree:
-        """The prior as a DataTree: the variables at the root, InferenceData under ``idata``."""
+        """The prior as a DataTree: the variables at the root, the ArviZ groups below it (the
+        file's layout)."""
         return self._tree()
 
     @classmethod
     def from_datatree(cls, tree: xr.DataTree) -> HierarchicalPrior:
-        """Inverse of :meth:`to_datatree` (the data are loaded into memory)."""
+        """Inverse of :meth:`to_datatree` (the data are loaded into memory); also reads the
+        earlier layout, with the ArviZ groups under ``idata``."""
         return cls._from_tree(tree)  # type: ignore[return-value]
 
     @classmethod
@@ -146,8 +152,9 @@ class HierarchicalPrior(PriorArtifact):
         """Read a prior written by :meth:`save` (nothing in it can run code).
 
         The file's seal is verified and its container walked with a deadline before it is
-        parsed, and every array is checked (finite, σ² > 0, Σ and the shared covariance
-        symmetric positive semi-definite).
+        parsed, groups other than ArviZ groups are refused, and every array of the prior is
+        checked (finite, σ² > 0, Σ and the shared covariance symmetric positive semi-definite).
+        Files of the earlier layout (the ArviZ groups under ``/idata``) load as well.
 
         Raises
         ------
@@ -160,10 +167,12 @@ class HierarchicalPrior(PriorArtifact):
 
 
 def upgrade_prior(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> Path:
-    """Rewrite a prior file written before sealed files (a plain netCDF file) sealed.
+    """Rewrite a prior file of an earlier version in the current layout, sealed.
 
-    Only for a file you trust, since it carries no checksum; everything else is checked as
-    :meth:`HierarchicalPrior.load` does. Returns ``destination``, written atomically.
+    Reads a file written before sealed files (a plain netCDF file; only for a file you trust,
+    since it carries no checksum) or a sealed file of the earlier layout (the ArviZ groups under
+    ``/idata``, verified as :meth:`HierarchicalPrior.load` verifies it); everything else is
+    checked as :meth:`HierarchicalPrior.load` does. Returns ``destination``, written atomically.
     """
     prior = HierarchicalPrior._from_file(read_netcdf(source, None), source)
     return prior.save(destination)

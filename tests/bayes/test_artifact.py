@@ -20,16 +20,18 @@ from hierbandit.errors import InvalidFileError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _idata(seed: int, dims: dict, shapes: dict, coords: dict) -> az.InferenceData:
+def _idata(seed: int, dims: dict, shapes: dict, coords: dict) -> xr.DataTree:
     rng = np.random.default_rng(seed)
     idata = az.from_dict(
-        posterior={name: rng.normal(size=(2, 20, *shape)) for name, shape in shapes.items()},
-        sample_stats={"diverging": np.zeros((2, 20), dtype=bool)},
+        {
+            "posterior": {name: rng.normal(size=(2, 20, *shape)) for name, shape in shapes.items()},
+            "sample_stats": {"diverging": np.zeros((2, 20), dtype=bool)},
+        },
         dims=dims,
         coords=coords,
     )
-    for group in idata.groups():  # no creation time: two calls with one seed give one content
-        idata[group].attrs = {"seed": seed}
+    for node in idata.children.values():  # no creation time: one seed gives one content
+        node.attrs = {"seed": seed, "sample_dims": ["chain", "draw"]}
     return idata
 
 
@@ -89,8 +91,8 @@ def test_equality_is_content_including_the_draws(name, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(MAKERS))
 def test_the_file_layout_and_its_kind(name, tmp_path):
-    """A sealed file of the class's kind; the variables at the root, the draws under /idata:
-    read back by the plain reader the earlier code used."""
+    """A sealed file of the class's kind; the variables at the root, the ArviZ groups at the
+    top level, so that xarray and ArviZ open the file as it is."""
     make, load = MAKERS[name]
     p = make(4)
     path = p.save(tmp_path / "p.nc")
@@ -98,17 +100,123 @@ def test_the_file_layout_and_its_kind(name, tmp_path):
     assert type(p).kind == kind
     unseal(path, kind)  # the seal names the kind
     tree = read_netcdf(path, kind)
-    assert set(tree.children) == {"idata"}
-    assert set(tree["idata"].children) == {"posterior", "sample_stats"}
+    assert set(tree.children) == {"posterior", "sample_stats"}
     root, idata = read_prior_tree(tree)
     assert root.identical(p.dataset)
-    np.testing.assert_array_equal(idata.posterior.to_array(), p.idata.posterior.to_array())
+    assert isinstance(idata, xr.DataTree) and set(idata.children) == set(p.idata.children)
+    np.testing.assert_array_equal(
+        idata.posterior.to_dataset().to_array(), p.idata.posterior.to_dataset().to_array()
+    )
+    # the sealed file is a netCDF file behind an HDF5 user block: xarray and ArviZ read it
+    # (the engine named: xarray guesses it from the first bytes, which are the seal's)
+    for opened in (
+        xr.open_datatree(path, engine="h5netcdf"),
+        az.from_netcdf(path, engine="h5netcdf"),
+    ):
+        with opened:
+            assert set(opened.children) == {"posterior", "sample_stats"}
+            assert opened.posterior.attrs["sample_dims"] == ["chain", "draw"]
+            got = az.summary(opened, kind="stats")["mean"]
+            np.testing.assert_array_equal(got, az.summary(p.idata, kind="stats")["mean"])
     other = _cascade if name == "hierarchical" else _hierarchical
     wrong = other().save(tmp_path / "other.nc")
     with pytest.raises(InvalidFileError, match="holds a hierbandit"):
         load(wrong)
     with pytest.raises(ValueError, match=r"\.nc"):
         p.save(tmp_path / "p.json")
+
+
+def _legacy_tree(p: PriorArtifact) -> xr.DataTree:
+    """The layout written before ArviZ 1: the ArviZ groups under /idata."""
+    from hierbandit._io import netcdf_attrs
+
+    root = p.dataset.copy()
+    root.attrs = netcdf_attrs(dict(root.attrs))
+    groups = {"/": root}
+    for name, node in p.idata.children.items():
+        ds = node.to_dataset()
+        ds.attrs = netcdf_attrs(dict(ds.attrs))
+        groups[f"/idata/{name}"] = ds
+    return xr.DataTree.from_dict(groups)
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_files_of_the_earlier_layout_load_and_upgrade(name, tmp_path):
+    """A sealed file with the ArviZ groups under /idata loads as the same prior, with its draws
+    as a DataTree; saving it again (or upgrade_prior) writes the current layout."""
+    from hierbandit._io import write_sealed_netcdf
+    from hierbandit.bayes.prior import upgrade_prior
+
+    make, load = MAKERS[name]
+    p = make(5)
+    old = write_sealed_netcdf(_legacy_tree(p), tmp_path / "old.nc", type(p).kind)
+    assert set(read_netcdf(old, type(p).kind).children) == {"idata"}
+    back = load(old)
+    assert back == p and isinstance(back.idata, xr.DataTree)
+    new = back.save(tmp_path / "new.nc")
+    assert set(read_netcdf(new, type(p).kind).children) == {"posterior", "sample_stats"}
+    if name == "hierarchical":
+        up = upgrade_prior(old, tmp_path / "up.nc")
+        assert set(read_netcdf(up, "prior").children) == {"posterior", "sample_stats"}
+        assert load(up) == p
+
+
+def _parts(tree: xr.DataTree) -> dict[str, xr.Dataset]:
+    """Every node of ``tree`` by its absolute path, with its own variables only."""
+    return {node.path: node.to_dataset(inherit=False) for node in tree.subtree}
+
+
+def _bad_trees(p: HierarchicalPrior) -> dict[str, tuple[dict[str, xr.Dataset], str]]:
+    """Trees a hostile or foreign file might hold, and the loader's reason for refusing each."""
+    current, legacy = _parts(p.to_datatree()), _parts(_legacy_tree(p))
+    junk = xr.Dataset({"x": ("i", np.zeros(2))})
+    return {
+        "unknown group": ({**current, "/extra": junk}, r"unexpected groups \['/extra'\]"),
+        "unknown legacy group": (
+            {**legacy, "/idata/extra": junk},
+            r"unexpected groups \['/idata/extra'\]",
+        ),
+        "nested group": ({**current, "/posterior/inner": junk}, "unexpected groups under"),
+        "mixed layouts": ({**legacy, "/posterior": current["/posterior"]}, "beside /idata"),
+        "variables in /idata": ({**legacy, "/idata": junk}, "variables in the prior's /idata"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown group",
+        "unknown legacy group",
+        "nested group",
+        "mixed layouts",
+        "variables in /idata",
+    ],
+)
+def test_groups_that_are_not_arviz_groups_are_refused(case, tmp_path):
+    """The loader reads untrusted files: a group that is not an ArviZ group, a group below one,
+    the two layouts mixed, or variables where the old layout had none are refused by name."""
+    from hierbandit._io import write_sealed_netcdf
+
+    parts, message = _bad_trees(_hierarchical(6))[case]
+    bad = write_sealed_netcdf(xr.DataTree.from_dict(parts), tmp_path / "bad.nc", "prior")
+    with pytest.raises(InvalidFileError, match=r"invalid prior \(.*" + message):
+        load_prior(bad)
+
+
+def test_the_draws_are_checked_when_the_prior_is_built():
+    """idata is a DataTree of ArviZ groups whose coordinates agree with the prior's."""
+    p = _hierarchical()
+    draws = _hierarchical(7).idata
+    with pytest.raises(TypeError, match="DataTree"):
+        HierarchicalPrior(p.dataset, draws["posterior"].to_dataset())
+    bad = draws.copy()
+    bad["extra"] = xr.DataTree()
+    with pytest.raises(ValueError, match="not ArviZ groups"):
+        HierarchicalPrior(p.dataset, bad)
+    other = draws.copy()
+    other["posterior"] = xr.DataTree(other["posterior"].to_dataset().assign_coords(arm=[5, 6]))
+    with pytest.raises(ValueError, match="coordinates disagree"):
+        HierarchicalPrior(p.dataset, other)
 
 
 def test_an_invalid_cascade_prior_file_is_named(tmp_path):

@@ -20,8 +20,13 @@ def _prior(with_idata: bool = False, seed: int = 0) -> HierarchicalPrior:
     idata = None
     if with_idata:
         idata = az.from_dict(
-            posterior={"Sigma": rng.normal(size=(2, 50, K, d, d)), "sigma": rng.random((2, 50, K))},
-            sample_stats={"diverging": np.zeros((2, 50), dtype=bool)},
+            {
+                "posterior": {
+                    "Sigma": rng.normal(size=(2, 50, K, d, d)),
+                    "sigma": rng.random((2, 50, K)),
+                },
+                "sample_stats": {"diverging": np.zeros((2, 50), dtype=bool)},
+            },
             dims={"Sigma": ["arm", "feature", "feature_"], "sigma": ["arm"]},
             coords={"arm": [10, 20, 30], "feature": ["a", "b"], "feature_": ["a", "b"]},
         )
