@@ -18,8 +18,9 @@ Size of the MCMC file. The full-Bayes posterior holds, besides the hyperparamete
 (Σ_k, σ_k, β_{k0}: 65 numbers per draw), the exact conditional draws of every historical user's
 coefficients β_{k,j} (450 numbers per draw; about 7 MB for 2 × 1,000 draws). Those are not needed
 to serve new users and are recomputable exactly from the stored hyperparameter draws and the
-log (:func:`hierbandit.bayes.add_conditional_draws`), so by default the stored InferenceData keeps
-every hyperparameter draw and drops ``beta`` (about 1 MB). The card records what was stored.
+log (:func:`hierbandit.bayes.add_conditional_draws`), so by default the stored run
+(``prior.idata``) keeps every hyperparameter draw and drops ``beta`` (about 1 MB). The card records
+what was stored.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def model_card(
         :func:`hierbandit.bayes.diagnose` of an MCMC fit (summarised: max R-hat, min ESS,
         divergences, problems).
     stored : dict, optional
-        What the stored InferenceData holds (variables, draws, anything dropped).
+        What the stored run (``prior.idata``) holds (variables, draws, anything dropped).
     command : str, optional
         The command that rebuilds the model.
 
@@ -247,20 +248,17 @@ def model_card(
 
 
 def _without_instance_draws(prior: Any) -> tuple[Any, dict[str, Any]]:
-    """A copy of an MCMC prior whose InferenceData keeps the hyperparameter draws only."""
-    import arviz as az
-
+    """A copy of an MCMC prior whose run (``prior.idata``) keeps the hyperparameter draws only."""
     from hierbandit.bayes.prior import HierarchicalPrior
 
-    idata = prior.idata
-    groups = {g: idata[g] for g in idata.groups()}
-    post = groups["posterior"]
+    tree = prior.idata.copy()  # shallow: the other groups share their arrays
+    post = tree["posterior"].to_dataset()
     dropped = [v for v in ("beta",) if v in post]
     post = post.drop_vars(dropped)
     used = {dim for var in post.data_vars.values() for dim in var.dims}
     unused = [c for c in post.coords if not set(post[c].dims) <= used]
     post = post.drop_vars(unused)
-    groups["posterior"] = post
+    tree["posterior"] = post
     ds = prior.dataset.copy()
     stored = {
         "variables": sorted(str(v) for v in post.data_vars),
@@ -270,7 +268,7 @@ def _without_instance_draws(prior: Any) -> tuple[Any, dict[str, Any]]:
     if dropped:
         stored["dropped"] = _DROPPED_BETA_NOTE
         ds.attrs["stored_idata"] = "hyperparameter draws only; " + _DROPPED_BETA_NOTE
-    return HierarchicalPrior(ds, az.InferenceData(**groups)), stored
+    return HierarchicalPrior(ds, tree), stored
 
 
 def build_models(
@@ -361,9 +359,10 @@ def build_models(
         stored = None
         to_save = prior
         if method == "mcmc":
-            diag = diagnose(prior, warn=False)
+            # problems named by genre, as the card's hyperparameters are
+            diag = diagnose(prior, names={"arm": prov["genres"]}, warn=False)
             if keep_instance_draws:
-                post = prior.idata.posterior
+                post = prior.idata["posterior"]
                 stored = {
                     "variables": sorted(str(v) for v in post.data_vars),
                     "chains": int(post.sizes.get("chain", 1)),
