@@ -211,10 +211,12 @@ def _fit_mcmc(
     collapsed: bool,
     collapse_shared_mean: bool,
     sampler: SamplerConfig,
+    posterior_predictive: bool,
 ) -> HierarchicalPrior:
     from hierbandit.bayes.models import (
         HyperPriors,
         add_conditional_draws,
+        add_model_checks,
         collapsed_model,
         uncollapsed_model,
     )
@@ -231,7 +233,10 @@ def _fit_mcmc(
     idata = sample(model, sampler)
     if collapsed:
         add_conditional_draws(idata, log, hyper=hyper, rng=sampler.random_seed)
-    post = idata.posterior
+    # the predictive's noise: a stream of its own, so that asking for it changes no other draw
+    noise = np.random.default_rng([sampler.random_seed, 1])
+    add_model_checks(idata, log, posterior_predictive=posterior_predictive, rng=noise)
+    post = idata["posterior"]
     Sigma = post["Sigma"].mean(("chain", "draw")).values
     sigma2 = (post["sigma"] ** 2).mean(("chain", "draw")).values
     b0 = post["beta0"].stack(s=("chain", "draw")).transpose("arm", "s", "feature").values
@@ -242,6 +247,7 @@ def _fit_mcmc(
         "hyper": hyper.to_dict(),
         "collapsed": collapsed,
         "collapse_shared_mean": collapse_shared_mean,
+        "posterior_predictive": posterior_predictive,
         "sampler": sampler.record(),
     }
     return prior_from_arrays(
@@ -270,6 +276,7 @@ def fit_prior(
     hyper: Any = None,
     collapsed: bool = True,
     collapse_shared_mean: bool = True,
+    posterior_predictive: bool = False,
     sampler: SamplerConfig | None = None,
     draws: int | None = None,
     tune: int | None = None,
@@ -306,6 +313,10 @@ def fit_prior(
         Precision of the shared-mean prior; default 0.001 for "eb"/"mcmc", 0 for "ml".
     hyper : HyperPriors, optional
         Priors of the full-Bayes model (``method="mcmc"``).
+    posterior_predictive : bool
+        ``method="mcmc"``: also draw each observed (arm, instance) cell's mean reward from the
+        posterior predictive (``prior.idata.posterior_predictive``, for
+        ``az.plot_ppc_dist(prior.idata)``; one value per draw and cell).
     sampler : SamplerConfig, optional
         NUTS settings of ``method="mcmc"`` (default ``SamplerConfig()``: 2 chains × 1,000 draws
         after 1,000 tuning steps, ``target_accept=0.9``, seed 0, numpyro).
@@ -317,8 +328,12 @@ def fit_prior(
     Returns
     -------
     HierarchicalPrior
-        With ``prior.idata`` (ArviZ InferenceData, dims chain, draw, arm, instance, feature)
-        for ``method="mcmc"``.
+        For ``method="mcmc"`` with ``prior.idata``, an :class:`xarray.DataTree` of ArviZ
+        groups: ``posterior`` (dims chain, draw, arm, instance, feature), ``sample_stats``,
+        ``observed_data`` (the log's sufficient statistics and mean reward per cell, not its
+        rows), ``log_likelihood`` (``reward``, one value per draw and instance: ``az.loo`` and
+        ``az.compare`` leave one instance out) and, if asked for, ``posterior_predictive``
+        (``docs/bayes.md``, Checking and comparing fits).
 
     Raises
     ------
@@ -372,4 +387,5 @@ def fit_prior(
         collapsed=bool(collapsed),
         collapse_shared_mean=bool(collapse_shared_mean),
         sampler=config,
+        posterior_predictive=bool(posterior_predictive),
     )

@@ -12,6 +12,11 @@
   posterior draw of the hyperparameters (Rao–Blackwellisation).
 * :func:`uncollapsed_model` samples everything (non-centred) from the rows: the reference the
   collapsed model is tested against.
+* :func:`add_model_checks` adds what ArviZ needs to check and compare fits: ``observed_data``
+  (the per-cell sufficient statistics and mean rewards, :func:`observed_cells`),
+  ``log_likelihood`` (each instance's rewards given the hyperparameters and the shared mean,
+  :func:`instance_loglik`; ``az.loo`` then leaves one instance out) and, on request,
+  ``posterior_predictive`` (each cell's mean reward, :func:`cell_mean_predictive`).
 
 For one arm with Σ = LLᵀ and B_j = I + LᵀG_jL/σ² (d×d, positive definite):
 
@@ -33,6 +38,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
+from numba import njit
 
 from hierbandit._validation import as_generator, check_choice, check_scalar
 from hierbandit.bayes._batched import UNROLL_MAX, BatchedCholesky, matT
@@ -41,10 +47,16 @@ from hierbandit.stats import kernels as K
 __all__ = [
     "HyperPriors",
     "add_conditional_draws",
+    "add_model_checks",
+    "cell_mean_predictive",
     "collapsed_model",
+    "instance_loglik",
     "model_coords",
+    "observed_cells",
     "uncollapsed_model",
 ]
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 @dataclass(frozen=True)
@@ -401,4 +413,281 @@ def add_conditional_draws(
     post["beta"] = xr.DataArray(
         beta, dims=("chain", "draw", "arm", "instance", "feature"), coords=coords
     )
+    return idata
+
+
+# =========================================================================== model checking
+@njit(cache=True, nogil=True)
+def _instance_loglik_kernel(G, b, q, n, beta0, F, sig2, log_sig2, out):  # pragma: no cover
+    """out[s, j] = Σ_k log N(y_kj; X_kjβ_k0[s], X_kjΣ_k[s]X_kjᵀ + σ_k²[s]I) from sufficient
+    statistics: G (K, N, d, d), b (K, N, d), q (K, N), n (K, N); per draw s: β₀ (S, K, d), any
+    factor F (S, K, d, d) with FFᵀ = Σ, σ² and log σ² (S, K). With K_j = FᵀG_jF + σ²I = RRᵀ,
+    c = b − Gβ₀ and e = q − β₀ᵀ(b + c) = ‖y − Xβ₀‖²:
+    log|V| = (n − d) log σ² + log|K_j| and (y − Xβ₀)ᵀV⁻¹(y − Xβ₀) = (e − ‖R⁻¹Fᵀc‖²)/σ².
+    A cell without rows contributes 0; a K_j that is not numerically positive definite gives NaN.
+    """
+    S, Kn = sig2.shape
+    N, d = b.shape[1], b.shape[2]
+    GF = np.empty((d, d))
+    R = np.empty((d, d))
+    c = np.empty(d)
+    v = np.empty(d)
+    for s in range(S):
+        for j in range(N):
+            out[s, j] = 0.0
+        for k in range(Kn):
+            s2 = sig2[s, k]
+            for j in range(N):
+                nj = n[k, j]
+                if nj == 0:
+                    continue
+                for i in range(d):
+                    for m in range(d):
+                        t = 0.0
+                        for a in range(d):
+                            t += G[k, j, i, a] * F[s, k, a, m]
+                        GF[i, m] = t
+                # R: the Cholesky factor of K_j = FᵀGF + σ²I, row by row; its determinant as the
+                # product of the pivots, folded into log_det before it leaves the float range
+                det = 1.0
+                log_det = 0.0
+                ok = True
+                for i in range(d):
+                    for m in range(i + 1):
+                        t = s2 if i == m else 0.0
+                        for a in range(d):
+                            t += F[s, k, a, i] * GF[a, m]
+                        for a in range(m):
+                            t -= R[i, a] * R[m, a]
+                        if i == m:
+                            if not t > 0.0:
+                                ok = False
+                                break
+                            R[i, i] = np.sqrt(t)
+                            det *= t
+                            if det > 1e150 or det < 1e-150:
+                                log_det += np.log(det)
+                                det = 1.0
+                        else:
+                            R[i, m] = t / R[m, m]
+                    if not ok:
+                        break
+                if not ok:
+                    out[s, j] = np.nan
+                    continue
+                e = q[k, j]
+                for i in range(d):
+                    t = b[k, j, i]
+                    for a in range(d):
+                        t -= G[k, j, i, a] * beta0[s, k, a]
+                    c[i] = t
+                    e -= beta0[s, k, i] * (b[k, j, i] + t)
+                vv = 0.0
+                for i in range(d):
+                    t = 0.0
+                    for a in range(d):
+                        t += F[s, k, a, i] * c[a]
+                    for a in range(i):
+                        t -= R[i, a] * v[a]
+                    v[i] = t / R[i, i]
+                    vv += v[i] * v[i]
+                log_v = (nj - d) * log_sig2[s, k] + log_det + np.log(det)
+                out[s, j] += -0.5 * (nj * _LOG_2PI + log_v + (e - vv) / s2)
+
+
+def _psd_factors(Sigma: np.ndarray) -> np.ndarray:
+    """Factors F with FFᵀ = Σ for a stack of PSD matrices (symmetric square roots, negative
+    rounding clipped: defined for a singular Σ too)."""
+    w, U = np.linalg.eigh(0.5 * (Sigma + np.swapaxes(Sigma, -1, -2)))
+    return U * np.sqrt(np.clip(w, 0.0, None))[..., None, :]
+
+
+def instance_loglik(stats: Any, beta0: Any, Sigma: Any, sigma: Any) -> np.ndarray:
+    """Each instance's log-likelihood given the hyperparameters and the shared mean, per draw.
+
+    For every draw and instance j, ``Σ_k log p(y_kj | β_k0, Σ_k, σ_k)`` with the instance's own
+    coefficients β_kj integrated out: y_kj ~ N(X_kjβ_k0, X_kjΣ_kX_kjᵀ + σ_k²I) for the rows of
+    arm k and instance j, summed over the arms. This is the collapsed model's likelihood with the
+    shared mean given (``_collapsed_batched`` with ``beta0``) before its sum over instances: given
+    (β₀, Σ, σ) the instances are independent, so it is the pointwise log-likelihood of
+    leave-one-instance-out cross-validation (``docs/bayes.md``, Checking and comparing fits).
+
+    Parameters
+    ----------
+    stats
+        The sufficient statistics ``(G, b, q, n)`` of :meth:`HistoricalLog.suffstats`
+        (K, N, d, d), (K, N, d), (K, N), (K, N), or the log itself.
+    beta0, Sigma, sigma
+        Draws with any leading sample axes: (..., K, d), (..., K, d, d), (..., K).
+
+    Returns
+    -------
+    ndarray
+        Shape (..., N). Computed by a compiled loop over draws, arms and instances with d×d
+        algebra per cell (``docs/bayes.md`` gives its cost).
+    """
+    if hasattr(stats, "suffstats"):
+        stats = stats.suffstats()
+    G, b, q, n = (np.ascontiguousarray(a, dtype=float) for a in stats)
+    Kn, N, d = b.shape
+    Sigma = np.asarray(Sigma, dtype=float)
+    lead = Sigma.shape[:-3]
+    if Sigma.shape[-3:] != (Kn, d, d):
+        raise ValueError(f"Sigma must have shape (..., {Kn}, {d}, {d}), got {Sigma.shape}")
+    beta0 = np.broadcast_to(np.asarray(beta0, dtype=float), (*lead, Kn, d))
+    sig2 = np.broadcast_to(np.asarray(sigma, dtype=float) ** 2, (*lead, Kn))
+    S = int(np.prod(lead, dtype=np.int64))
+    F = np.ascontiguousarray(_psd_factors(Sigma).reshape(S, Kn, d, d))
+    sig2 = np.ascontiguousarray(sig2.reshape(S, Kn))
+    out = np.empty((S, N))
+    _instance_loglik_kernel(
+        G,
+        b,
+        q,
+        n,
+        np.ascontiguousarray(beta0.reshape(S, Kn, d)),
+        F,
+        sig2,
+        np.log(sig2),
+        out,
+    )
+    return out.reshape(*lead, N)
+
+
+def observed_cells(log: Any) -> xr.Dataset:
+    """The ``observed_data`` group of a fit of ``log``: what the collapsed model sees, per cell.
+
+    A cell is an (arm, instance) pair with at least one row; cells are stacked along ``cell``
+    (arm by arm, instances in order), so a sparse log stores no empty cells. The data variable
+    is ``mean_reward`` (cell), the mean reward of the cell's rows (the variable of the
+    posterior predictive check). The sufficient statistics are coordinates along ``cell``, so
+    that ArviZ's predictive plots, which pair every data variable with a predictive one, take
+    the group as it is: ``n_rows``, ``sum_xx`` = Σxxᵀ (cell, feature, feature_), ``sum_xr`` =
+    Σxr (cell, feature), ``sum_rr`` = Σr² and ``mean_x`` = Σx/n (cell, feature), with the cell's
+    labels ``cell_arm`` and ``cell_instance``. The rows themselves are not kept.
+    """
+    st = log.suffstats()
+    arm_code, inst_code = np.nonzero(st.n)
+    n = st.n[arm_code, inst_code]
+    cell_of = np.full(st.n.shape, -1, dtype=np.int64)
+    cell_of[arm_code, inst_code] = np.arange(arm_code.size)
+    row_cell = cell_of[log.arm, log.instance]
+    C = arm_code.size
+    sum_r = np.bincount(row_cell, weights=log.y, minlength=C)
+    sum_x = np.stack(
+        [np.bincount(row_cell, weights=log.X[:, i], minlength=C) for i in range(log.n_features)],
+        axis=-1,
+    ).reshape(C, log.n_features)
+    feats = list(log.features)
+    cell = ("cell",)
+    return xr.Dataset(
+        {"mean_reward": (cell, sum_r / n, {"long_name": "mean reward of the cell's rows"})},
+        coords={
+            "cell": np.arange(C),
+            "cell_arm": (cell, np.asarray(log.arm_labels)[arm_code]),
+            "cell_instance": (cell, np.asarray(log.instance_labels)[inst_code]),
+            "n_rows": (cell, n.astype(np.int64), {"long_name": "rows n"}),
+            "sum_xx": (
+                (*cell, "feature", "feature_"),
+                st.G[arm_code, inst_code],
+                {"long_name": "sum of x xᵀ (G)"},
+            ),
+            "sum_xr": (
+                (*cell, "feature"),
+                st.b[arm_code, inst_code],
+                {"long_name": "sum of x r (b)"},
+            ),
+            "sum_rr": (cell, st.q[arm_code, inst_code], {"long_name": "sum of r² (q)"}),
+            "mean_x": ((*cell, "feature"), sum_x / n[:, None], {"long_name": "mean of x"}),
+            "feature": feats,
+            "feature_": feats,
+        },
+    )
+
+
+def cell_mean_predictive(
+    observed: xr.Dataset, beta: Any, sigma: Any, arm_labels: Any, instance_labels: Any, rng: Any
+) -> np.ndarray:
+    """Draws of each observed cell's mean reward given the coefficients: for cell (k, j) with n
+    rows of mean context x̄, x̄ᵀβ_kj + N(0, σ_k²/n), the mean of the cell's rows replicated with
+    the same contexts. ``beta`` (S..., K, N, d) and ``sigma`` (S..., K); returns (S..., C)."""
+    gen = as_generator(rng)
+    arm_pos = {a: i for i, a in enumerate(np.asarray(arm_labels).tolist())}
+    inst_pos = {a: i for i, a in enumerate(np.asarray(instance_labels).tolist())}
+    k = np.array([arm_pos[a] for a in observed["cell_arm"].values.tolist()], dtype=np.int64)
+    j = np.array([inst_pos[a] for a in observed["cell_instance"].values.tolist()], dtype=np.int64)
+    beta = np.asarray(beta, dtype=float)
+    sigma = np.asarray(sigma, dtype=float)
+    xbar = observed["mean_x"].values
+    mean = np.einsum("...cd,cd->...c", beta[..., k, j, :], xbar)
+    sd = sigma[..., k] / np.sqrt(observed["n_rows"].values)
+    return mean + sd * gen.standard_normal(mean.shape)
+
+
+def add_model_checks(
+    idata: xr.DataTree, log: Any, *, posterior_predictive: bool = False, rng: Any = None
+) -> xr.DataTree:
+    """Add the groups with which ArviZ checks and compares a fit of ``log``, in place.
+
+    * ``observed_data``: :func:`observed_cells` (the log's sufficient statistics and mean reward
+      per cell; not its rows).
+    * ``log_likelihood``: ``reward`` (chain, draw, instance), :func:`instance_loglik` at every
+      posterior draw of (``beta0``, ``Sigma``, ``sigma``): ``az.loo`` and ``az.compare`` then
+      estimate how well the fit predicts a held-out instance's rewards.
+    * ``posterior_predictive`` with ``posterior_predictive=True``: ``mean_reward`` (chain, draw,
+      cell), :func:`cell_mean_predictive` from the posterior's ``beta`` (the exact conditional
+      draws of :func:`add_conditional_draws` for a collapsed fit), noise from ``rng``. Then
+      ``az.plot_ppc_dist(idata)`` compares it with the observed ``mean_reward``.
+
+    The posterior must hold ``beta0``, ``Sigma`` and ``sigma`` (and ``beta`` for the predictive):
+    for a collapsed fit, call :func:`add_conditional_draws` first.
+    """
+    post = idata["posterior"]
+    missing = [v for v in ("beta0", "Sigma", "sigma") if v not in post]
+    if posterior_predictive and "beta" not in post:
+        missing.append("beta")
+    if missing:
+        raise ValueError(
+            f"the posterior has no {missing}: add the conditional draws first "
+            "(hierbandit.bayes.add_conditional_draws)"
+        )
+    order = ("chain", "draw", "arm")
+    beta0 = post["beta0"].transpose(*order, "feature").values
+    Sigma = post["Sigma"].transpose(*order, "feature", "feature_").values
+    sigma = post["sigma"].transpose(*order).values
+    ll = instance_loglik(log.suffstats(), beta0, Sigma, sigma)
+    sample = {"chain": post["chain"].values, "draw": post["draw"].values}
+    attrs = {"sample_dims": ["chain", "draw"]}
+    idata["log_likelihood"] = xr.DataTree(
+        xr.Dataset(
+            {
+                "reward": (
+                    ("chain", "draw", "instance"),
+                    ll,
+                    {"long_name": "log p(rewards of the instance | beta0, Sigma, sigma)"},
+                )
+            },
+            coords={**sample, "instance": np.asarray(log.instance_labels)},
+            attrs=attrs,
+        )
+    )
+    observed = observed_cells(log)
+    idata["observed_data"] = xr.DataTree(observed)
+    if posterior_predictive:
+        beta = post["beta"].transpose(*order, "instance", "feature").values
+        draws = cell_mean_predictive(
+            observed, beta, sigma, post["arm"].values, post["instance"].values, rng
+        )
+        idata["posterior_predictive"] = xr.DataTree(
+            xr.Dataset(
+                {"mean_reward": (("chain", "draw", "cell"), draws)},
+                coords={
+                    **sample,
+                    "cell": observed["cell"].values,
+                    "cell_arm": ("cell", observed["cell_arm"].values),
+                    "cell_instance": ("cell", observed["cell_instance"].values),
+                },
+                attrs=attrs,
+            )
+        )
     return idata

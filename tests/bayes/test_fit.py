@@ -94,6 +94,16 @@ def test_mcmc_collapsed_small(log_df, tmp_path):
     assert post["beta"].dims == ("chain", "draw", "arm", "instance", "feature")
     assert post["beta0"].dims == ("chain", "draw", "arm", "feature")
     assert set(post.data_vars) == {"Sigma", "sigma", "beta0", "beta"}
+    # ArviZ 1: a DataTree of groups; the predictive only when asked for
+    assert set(prior.idata.children) == {
+        "posterior",
+        "sample_stats",
+        "observed_data",
+        "log_likelihood",
+    }
+    ll = prior.idata.log_likelihood["reward"]
+    assert ll.dims == ("chain", "draw", "instance") and np.all(np.isfinite(ll))
+    assert prior.provenance["config"]["posterior_predictive"] is False
     assert np.all(np.linalg.eigvalsh(prior.Sigma) > 0)
     # posterior means near the ML estimate on this well-identified data
     ml = fit_prior(log_df, method="ml")

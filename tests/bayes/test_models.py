@@ -117,3 +117,110 @@ def test_ebm_synthetic_fit_is_clean():
     assert diag.divergences == 0
     assert diag.max_rhat <= 1.01
     assert diag.min_ess_bulk >= 1000
+
+
+# ---------------------------------------------------------------------- model checking
+def _draws(log, S, rng, singular=False):
+    K, d = log.n_arms, log.n_features
+    W = rng.normal(size=(S, K, d, d if not singular else 1))
+    Sigma = 0.3 * W @ np.swapaxes(W, -1, -2)
+    return rng.normal(size=(S, K, d)), Sigma, rng.random((S, K)) + 0.5
+
+
+@pytest.mark.parametrize("singular", [False, True])
+def test_instance_loglik_is_the_joint_gaussian_density_of_the_rows(small_log, singular):
+    """Per draw and instance: Σ_k log N(y_kj; X_kjβ_k0, σ_k²I + X_kjΣ_kX_kjᵀ) from the raw rows
+    (a rank-one Σ too); an arm without rows for the instance contributes nothing."""
+    from hierbandit.bayes.models import instance_loglik
+
+    rng = np.random.default_rng(2)
+    beta0, Sigma, sigma = _draws(small_log, 3, rng, singular)
+    got = instance_loglik(small_log, beta0, Sigma, sigma)
+    assert got.shape == (3, small_log.n_instances)
+    want = np.zeros_like(got)
+    for s in range(3):
+        for k in range(small_log.n_arms):
+            for j in range(small_log.n_instances):
+                rows = (small_log.arm == k) & (small_log.instance == j)
+                X, y = small_log.X[rows], small_log.y[rows]
+                cov = sigma[s, k] ** 2 * np.eye(len(y)) + X @ Sigma[s, k] @ X.T
+                want[s, j] += stats.multivariate_normal(X @ beta0[s, k], cov).logpdf(y)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    # leading sample axes of any shape
+    np.testing.assert_allclose(
+        instance_loglik(small_log, beta0[None], Sigma[None], sigma[None])[0], got, rtol=1e-14
+    )
+
+
+def test_instance_loglik_sums_to_the_potential_with_the_shared_mean_given(small_log):
+    """Summed over instances at fixed (β₀, Σ, σ): the collapsed model's potential with beta0."""
+    from hierbandit.bayes.models import instance_loglik
+
+    model = collapsed_model(small_log, collapse_shared_mean=False)
+    pot = model.compile_logp(vars=model.potentials, jacobian=False)
+    raw, cons = _point(model, np.random.default_rng(3))
+    ll = instance_loglik(small_log.suffstats(), cons["beta0"], cons["Sigma"], cons["sigma"])
+    assert ll.shape == (small_log.n_instances,)
+    assert ll.sum() == pytest.approx(float(pot(raw)), rel=1e-10)
+
+
+def test_observed_cells_hold_the_sufficient_statistics_of_the_non_empty_cells():
+    import pandas as pd
+
+    from hierbandit.bayes.models import observed_cells
+
+    df = synthetic_log(n_instances=4, n_arms=2, n_features=2, rows=120, seed=5)
+    df = df[~((df["arm"] == 1) & (df["instance"] == 2))]  # one empty cell
+    log = read_log(df)
+    obs = observed_cells(log)
+    assert obs.sizes["cell"] == 7 and list(obs.data_vars) == ["mean_reward"]
+    for c in range(7):
+        k, j = int(obs["cell_arm"][c]), int(obs["cell_instance"][c])
+        rows = df[(df["arm"] == k) & (df["instance"] == j)]
+        X = rows[["x0", "x1"]].to_numpy()
+        r = rows["reward"].to_numpy()
+        assert int(obs["n_rows"][c]) == len(rows)
+        np.testing.assert_allclose(obs["sum_xx"][c], X.T @ X, rtol=1e-12)
+        np.testing.assert_allclose(obs["sum_xr"][c], X.T @ r, rtol=1e-12)
+        assert float(obs["sum_rr"][c]) == pytest.approx(r @ r, rel=1e-12)
+        np.testing.assert_allclose(obs["mean_x"][c], X.mean(axis=0), rtol=1e-12)
+        assert float(obs["mean_reward"][c]) == pytest.approx(r.mean(), rel=1e-12)
+    assert isinstance(obs.to_dataframe(), pd.DataFrame)
+
+
+def test_cell_mean_predictive_has_the_mean_and_spread_of_a_replicated_cell_mean(small_log):
+    """x̄ᵀβ_kj + N(0, σ_k²/n): the mean of the cell's rows replicated with the same contexts."""
+    from hierbandit.bayes.models import cell_mean_predictive, observed_cells
+
+    obs = observed_cells(small_log)
+    K, N, d = small_log.n_arms, small_log.n_instances, small_log.n_features
+    beta = np.random.default_rng(4).normal(size=(K, N, d))
+    sigma = np.array([0.5, 2.0])
+    S = 40_000
+    draws = cell_mean_predictive(
+        obs,
+        np.broadcast_to(beta, (S, K, N, d)),
+        np.broadcast_to(sigma, (S, K)),
+        small_log.arm_labels,
+        small_log.instance_labels,
+        rng=0,
+    )
+    k, j = obs["cell_arm"].values, obs["cell_instance"].values
+    mean = np.einsum("cd,cd->c", beta[k, j], obs["mean_x"].values)
+    sd = sigma[k] / np.sqrt(obs["n_rows"].values)
+    np.testing.assert_allclose(draws.mean(axis=0), mean, atol=5 * sd.max() / np.sqrt(S))
+    np.testing.assert_allclose(draws.std(axis=0), sd, rtol=0.03)
+
+
+def test_model_checks_need_the_shared_mean_draws(small_log):
+    import arviz as az
+
+    from hierbandit.bayes.models import add_model_checks
+
+    rng = np.random.default_rng(0)
+    idata = az.from_dict(
+        {"posterior": {"Sigma": rng.random((1, 5, 2, 2, 2)), "sigma": rng.random((1, 5, 2))}},
+        dims={"Sigma": ["arm", "feature", "feature_"], "sigma": ["arm"]},
+    )
+    with pytest.raises(ValueError, match=r"no \['beta0'\].*add_conditional_draws"):
+        add_model_checks(idata, small_log)
