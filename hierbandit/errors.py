@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["InvalidFileError"]
+__all__ = ["InvalidFileError", "MissingExtraError"]
 
 
 class InvalidFileError(ValueError):
@@ -32,3 +32,29 @@ class InvalidFileError(ValueError):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed: the message names the extra that brings it.
+
+    The core of the package (the online and offline policies) needs NumPy, SciPy, pandas,
+    xarray, numba, h5netcdf and h5py only. The Bayesian layer, the real data sets, the
+    reproductions and the command need an extra (``docs/install.md``), and an import that
+    needs a missing one raises this error, for example::
+
+        fit_prior needs pymc, which comes with the 'bayes' extra: pip install 'hierbandit[bayes]'
+
+    It subclasses :class:`ImportError`, which a missing module raised before.
+
+    Attributes
+    ----------
+    module : str
+        The missing module, by its import name (``"sklearn.cluster"``).
+    extra : str
+        The extra that installs it (``"bayes"``, ``"data"`` or ``"experiments"``).
+    """
+
+    def __init__(self, message: str, *, module: str, extra: str) -> None:
+        super().__init__(message, name=module)
+        self.module = module
+        self.extra = extra
