@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from hierbandit._extras import require
 from hierbandit._validation import (
     check_choice,
     check_index,
@@ -293,7 +294,7 @@ def class_mean_instance(
 
 def iris_instance(*, target_hardness: float | None = 2.0) -> ClusterBandit:
     """Iris (K = 3, M = 150, d = 4) built as in Section 6.2; raw D* = 87.4493, scale 6.6125."""
-    from sklearn.datasets import load_iris
+    load_iris = require("sklearn.datasets", "data", "The Iris instance").load_iris
 
     data = load_iris()
     return class_mean_instance(data.data, data.target, target_hardness=target_hardness, name="iris")
@@ -313,7 +314,7 @@ def digits_instance(
     sign of each component is fixed so that its largest loading is positive), then built as in
     Section 6.2: class-mean centres, K = 10, global rescaling to D* = ``target_hardness``.
     """
-    from sklearn.datasets import load_digits
+    load_digits = require("sklearn.datasets", "data", "The digits instance").load_digits
 
     n_features = check_positive_int(n_features, "n_features")
     n_arms = check_positive_int(n_arms, "n_arms", minimum=11)

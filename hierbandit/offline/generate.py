@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from hierbandit._extras import require
 from hierbandit._validation import (
     MAX_ABS,
     _as_float_array,
@@ -436,7 +437,7 @@ def movielens_thetas(
     user_ids : ndarray of int64, shape (U,)
         MovieLens ``userId`` of each row.
     """
-    from sklearn.cluster import KMeans
+    KMeans = require("sklearn.cluster", "data", "Clustering the MovieLens users").KMeans
 
     from hierbandit.data.movielens import rating_matrix
 

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import xarray as xr
 
+from hierbandit._extras import require
 from hierbandit._validation import (
     as_generator,
     check_choice,
@@ -491,7 +492,7 @@ class MovieLensEnv(_ItemEnv):
         theta, self.user_ids = movielens_user_vectors(self.n_users, self.n_movies, self.n_features)
         self.labels: np.ndarray | None = None
         if n_clusters is not None:
-            from sklearn.cluster import KMeans
+            KMeans = require("sklearn.cluster", "data", "Clustering the MovieLens users").KMeans
 
             km = KMeans(n_clusters=n_clusters, n_init=10, random_state=int(g.integers(2**31)))
             self.labels = km.fit_predict(theta).astype(np.int64)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from hierbandit._extras import require
+
 __all__ = [
     "adjusted_rand_index",
     "canonical_labels",
@@ -102,9 +104,9 @@ def coclustering_matrix(draws: Any) -> np.ndarray:
 
 def adjusted_rand_index(a: Any, b: Any) -> float:
     """Adjusted Rand index of two partitions (1 = identical, about 0 = chance agreement)."""
-    from sklearn.metrics import adjusted_rand_score
+    metrics = require("sklearn.metrics", "data", "The adjusted Rand index")
 
     la, lb = _labels(a, "a"), _labels(b, "b")
     if la.shape != lb.shape:
         raise ValueError(f"a and b must have the same length, got {la.size} and {lb.size}")
-    return float(adjusted_rand_score(la, lb))
+    return float(metrics.adjusted_rand_score(la, lb))
