@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from hierbandit._extras import require
 from hierbandit._io import atomic_write, write_dataset, write_json
 from hierbandit._validation import check_choice, check_positive_int
 from hierbandit.boc import BOC, Oracle, Uniform, stopping_times
@@ -433,7 +434,7 @@ def acceptance(
 # ---------------------------------------------------------------------- plots and tables
 def plot_figure3(synthetic: dict[str, xr.Dataset]) -> Any:
     """Figure 3: one row per instance, one column per threshold; mean τ ± sd against log(1/δ)."""
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "experiments", "The BOC figure")
 
     names = list(synthetic)
     thr_label = {"beta": "β (eq. 8)", "beta_tilde": "β̃ (heuristic)"}

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from hierbandit._extras import require
 from hierbandit._io import atomic_write, write_dataset, write_json
 from hierbandit._validation import check_bool, check_choice, check_positive_int
 from hierbandit.cascade.env import (
@@ -591,7 +592,7 @@ def plot_figure5(ds: xr.Dataset) -> Any:
     -------
     matplotlib.figure.Figure
     """
-    from matplotlib.figure import Figure
+    Figure = require("matplotlib.figure", "experiments", "The cascade figure").Figure
     from matplotlib.ticker import NullFormatter
 
     Ns = [int(n) for n in ds["n_users"].values]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
+from hierbandit._extras import require
 from hierbandit._validation import check_positive_int
 
 __all__ = ["DaskExecutor", "InProcessExecutor", "ProcessPoolCellExecutor", "make_executor"]
@@ -108,7 +109,7 @@ class DaskExecutor:
     def __init__(self, address: str, *, timeout: float = 30.0) -> None:
         if not isinstance(address, str) or not address:
             raise ValueError(f"scheduler must be a scheduler address string, got {address!r}")
-        from dask.distributed import Client
+        Client = require("dask.distributed", "experiments", "The Dask executor").Client
 
         self.address = address
         self.description = f"Dask scheduler {address}"

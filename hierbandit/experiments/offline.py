@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from hierbandit._extras import require
 from hierbandit._io import atomic_write, write_dataset, write_json
 from hierbandit._validation import check_choice, check_positive_int
 from hierbandit.experiments.cells import Annotate, concat_cells
@@ -563,7 +564,7 @@ def write_offline_results(
     ``sufficient`` Dataset is the equal distribution). ``paired.md`` holds the paired
     comparisons of :func:`acceptance`.
     """
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "experiments", "The offline figures")
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

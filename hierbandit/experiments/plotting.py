@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xarray as xr
 
+from hierbandit._extras import require
 from hierbandit._validation import check_choice
 from hierbandit.experiments.simulate import cumulative_regret
 
@@ -55,7 +56,7 @@ def plot_cumulative_regret(
     band = check_choice(band, _BANDS, "band")
     cum = cumulative_regret(ds, instance, kind=kind)
     if ax is None:
-        import matplotlib.pyplot as plt
+        plt = require("matplotlib.pyplot", "experiments", "Plotting regret")
 
         _, ax = plt.subplots(figsize=(6.0, 4.0), layout="constrained")
     steps = cum["step"].values
@@ -103,7 +104,7 @@ def plot_regret_panels(
     matplotlib.figure.Figure
         Two side-by-side panels.
     """
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "experiments", "Plotting regret")
 
     # validate before creating a figure
     if instance is None:

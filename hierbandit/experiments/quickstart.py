@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from hierbandit._extras import require
 from hierbandit._io import write_dataset, write_json
 from hierbandit._validation import check_positive_int
 from hierbandit._version import __version__
@@ -123,7 +124,7 @@ def hyperparameter_table(
     arm_names : sequence of str, optional
         Display names of the arms (default the arm labels).
     hdi_prob : float
-        Probability of the highest-density interval (ArviZ's default 0.94).
+        Probability of the highest-density interval (default 0.94, as the diagnostics' summary).
 
     Returns
     -------
@@ -135,9 +136,9 @@ def hyperparameter_table(
     """
     import arviz as az
 
-    if mcmc.idata is None or "posterior" not in mcmc.idata.groups():
+    if mcmc.idata is None or "posterior" not in mcmc.idata.children:
         raise ValueError("mcmc must be a full-Bayes prior with posterior draws (prior.idata)")
-    post = mcmc.idata.posterior
+    post = mcmc.idata["posterior"]
     Sig = post["Sigma"].transpose("chain", "draw", "arm", "feature", "feature_").to_numpy()
     sig = post["sigma"].transpose("chain", "draw", "arm").to_numpy()
     Sig = Sig.reshape(-1, *Sig.shape[2:])
@@ -162,7 +163,7 @@ def hyperparameter_table(
             )
         )
         for kind, label, (i, j), draws, eb_v, ml_v in items:
-            low, high = (float(v) for v in az.hdi(np.asarray(draws), hdi_prob=hdi_prob))
+            low, high = (float(v) for v in az.hdi(np.asarray(draws), prob=hdi_prob))
             rows.append(
                 {
                     "arm": arm.item() if hasattr(arm, "item") else arm,
@@ -202,7 +203,7 @@ def plot_hyperparameters(table: pd.DataFrame, path: str | Path | None = None) ->
         Each panel's axis spans the posterior and the ML estimates; an EB estimate far outside
         is drawn as an arrow at the edge, labelled with its value.
     """
-    from matplotlib.figure import Figure
+    Figure = require("matplotlib.figure", "experiments", "The quickstart's prior plot").Figure
 
     arms = list(dict.fromkeys(table["arm"].tolist()))
     n_sigma = int((table[table["arm"] == arms[0]]["kind"] == "Sigma").sum())
@@ -421,7 +422,7 @@ def run_quickstart(
 
     # 3. diagnostics -----------------------------------------------------------------------
     with steps.step("diagnose", "Diagnosing the MCMC fit (ArviZ summary, trace, forest)"):
-        diag = diagnose(mc, warn=False)
+        diag = diagnose(mc, names={"arm": genres}, warn=False)
         files["mcmc_summary"] = out / "mcmc-summary.csv"
         diag.summary.to_csv(files["mcmc_summary"])
         trace = diag.plot_trace(var_names=["sigma", "beta0", "Sigma"], compact=True)

@@ -41,6 +41,8 @@ from typing import Any
 
 import xarray as xr
 
+from hierbandit._extras import require
+
 __all__ = [
     "SCALES",
     "SEED",
@@ -362,7 +364,7 @@ def load_user_config(path: str | os.PathLike[str]) -> dict[str, Any]:
             with open(path, "rb") as fh:
                 raw = tomllib.load(fh)
         elif suffix in (".yaml", ".yml"):
-            import yaml
+            yaml = require("yaml", "experiments", "A YAML configuration")
 
             with open(path, encoding="utf-8") as fh:
                 raw = yaml.safe_load(fh)
@@ -372,7 +374,7 @@ def load_user_config(path: str | os.PathLike[str]) -> dict[str, Any]:
             )
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"config: {str(path)!r} is not valid TOML: {exc}") from None
-    except ImportError:  # pragma: no cover - pyyaml is a dependency
+    except ImportError:  # MissingExtraError without pyyaml
         raise
     except Exception as exc:
         if type(exc).__module__.startswith("yaml"):

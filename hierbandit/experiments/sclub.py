@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from hierbandit._extras import require
 from hierbandit._io import write_dataset, write_json
 from hierbandit._validation import check_bool, check_choice, check_positive_int
 from hierbandit.experiments._config import check_seed, config_json, resolve_factories, seed_children
@@ -667,7 +668,7 @@ def write_results(datasets: Mapping[str, xr.Dataset], out_dir: str | Path) -> di
     """Write one netCDF file per setting, Table 1 (final regret, mean ± s.e.) and Table 2
     (seconds) as CSV and Markdown, the regret and number-of-clusters curves (PNG) and a JSON
     summary with the checked claims."""
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "experiments", "The SCLUB figures")
 
     from hierbandit._io import atomic_write
 
