@@ -58,8 +58,8 @@ _LAZY = {
     "OffCLUB": "hierbandit.offline",
     "BOC": "hierbandit.boc",
     "BOCLE": "hierbandit.boc",
-    "fit_prior": "hierbandit.bayes.fit",
-    "load_prior": "hierbandit.bayes.prior",
+    "fit_prior": "hierbandit.bayes",  # through its lazy names, which name the missing extra
+    "load_prior": "hierbandit.bayes",
     "configure_numba_cache": "hierbandit._numba_cache",
 }
 _SUBPACKAGES = (

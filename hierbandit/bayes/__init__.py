@@ -74,11 +74,26 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # the layer is the 'bayes' extra: without its stack, every name of its own fails the same
+    # way, naming the extra (found, not imported: a name that does not sample stays cheap)
+    from hierbandit._extras import check_installed, missing_extra
+
+    bayes_stack = ("pymc", "pytensor", "arviz", "jax", "jaxlib", "numpyro", "nutpie", "matplotlib")
+    purpose = f"hierbandit.bayes.{name}"
+    if _EXPORTS[name].startswith(f"{__name__}."):
+        for module in bayes_stack[:3]:
+            check_installed(module, "bayes", purpose)
+    try:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    except ImportError as exc:  # a library of the extra that only this name imports
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in bayes_stack:
+            raise
+        raise missing_extra(missing, "bayes", purpose) from exc
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
