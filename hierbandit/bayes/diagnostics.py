@@ -154,8 +154,8 @@ def _posterior_view(
     coords: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
     """The posterior variables to diagnose, named and with each symmetric entry once."""
-    ds = az.extract(tree, group="posterior", var_names=var_names, combined=False, keep_dataset=True)
-    ds = _with_names(ds, names)
+    post = _with_names(tree["posterior"].to_dataset(), names)
+    ds = az.extract(post, var_names=var_names, combined=False, keep_dataset=True)
     if coords:
         ds = ds.sel(coords)
     return _distinct_entries(ds)

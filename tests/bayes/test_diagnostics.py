@@ -130,6 +130,8 @@ def test_names_replace_codes_in_the_labels(rng) -> None:
         "Sigma[Action, age, intercept]",
     ]
     assert "Sigma[Action, weekend, age]: r_hat" in " ".join(diag.problems)
+    only_mu = diagnose(idata, var_names="mu", names={"arm": ARMS}, warn=False)
+    assert list(only_mu.summary.index) == ["mu"]  # names of the run's dimensions, used or not
     with pytest.raises(ValueError, match="3 values of 'feature'"):
         diagnose(idata, names={"feature": ["a", "b"]})
     with pytest.raises(ValueError, match="no dimension"):
