@@ -122,6 +122,7 @@ def prior_tree(dataset: xr.Dataset, idata: xr.DataTree | None) -> xr.DataTree:
     if idata is not None:
         check_idata(idata)
         for name, ds in _groups(idata).items():
+            _check_shared_coords(dataset, ds, name)
             ds = ds.copy()
             ds.attrs = _group_attrs(dict(ds.attrs))
             children[f"/{name}"] = ds
@@ -131,6 +132,24 @@ def prior_tree(dataset: xr.Dataset, idata: xr.DataTree | None) -> xr.DataTree:
         raise ValueError(
             f"the draws' coordinates disagree with the prior's own ({exc})".replace("\n", " ")
         ) from None
+
+
+def _check_shared_coords(dataset: xr.Dataset, group: xr.Dataset, name: str) -> None:
+    """Refuse a group whose dimension shared with the prior's Dataset differs in length or
+    coordinate values (the file keeps the Dataset's, which the group inherits)."""
+    for dim in set(group.dims) & set(dataset.dims):
+        if group.sizes[dim] != dataset.sizes[dim]:
+            raise ValueError(
+                f"idata group {name!r} has {group.sizes[dim]} {dim!r} entries, the prior "
+                f"{dataset.sizes[dim]}"
+            )
+        if dim in group.indexes and dim in dataset.indexes:
+            mine, theirs = group.indexes[dim], dataset.indexes[dim]
+            if not mine.equals(theirs):
+                raise ValueError(
+                    f"idata group {name!r} labels {dim!r} {list(mine)[:6]}, the prior "
+                    f"{list(theirs)[:6]}: the draws' coordinates must be the prior's"
+                )
 
 
 def read_prior_tree(tree: xr.DataTree) -> tuple[xr.Dataset, xr.DataTree | None]:

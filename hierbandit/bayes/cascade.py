@@ -48,10 +48,12 @@ from hierbandit.stats.logistic import laplace_approximation, predictive_click_pr
 __all__ = [
     "CASCADE_SAMPLER",
     "CascadePrior",
+    "add_session_checks",
     "cascade_click_model",
     "cascade_laplace",
     "fit_cascade_prior",
     "load_cascade_prior",
+    "session_loglik",
 ]
 
 #: NUTS settings of :func:`fit_cascade_prior` and
@@ -165,14 +167,15 @@ class CascadePrior(PriorArtifact):
     ----------
     dataset : xarray.Dataset
         ``mean`` (param) and ``cov`` ``(param, param_)``; attributes hold the provenance.
-    idata : arviz.InferenceData, optional
-        The NUTS run of an ``"mcmc"`` fit.
+    idata : xarray.DataTree, optional
+        The NUTS run of an ``"mcmc"`` fit: ArviZ groups (``posterior``, ``sample_stats``,
+        ``observed_data``, ``log_likelihood``).
 
     Notes
     -----
     Saved and loaded as every fitted prior (:class:`~hierbandit.bayes._artifact.PriorArtifact`):
-    one sealed netCDF file of kind ``"cascade-prior"`` (the InferenceData, if any, under
-    ``/idata``), and ``==`` compares content, the draws included.
+    one sealed netCDF file of kind ``"cascade-prior"`` (the ArviZ groups, if any, as top-level
+    groups), and ``==`` compares content, the draws included.
     """
 
     kind = "cascade-prior"
@@ -302,6 +305,66 @@ def load_cascade_prior(path: str | os.PathLike[str]) -> CascadePrior:
     return CascadePrior.load(path)
 
 
+# =========================================================================== model checking
+#: at most this many (draw, row) log-likelihood terms are held at once
+_LOGLIK_CHUNK = 4_000_000
+
+
+def session_loglik(log: CascadeLog, theta: Any) -> np.ndarray:
+    """Each session's log-likelihood given θ, per draw: the sum over its displayed rows of
+    ``log σ(η)`` (the click) or ``log(1 − σ(η))``, ``η = [x; onehot(k)]ᵀθ``. ``theta`` has
+    leading sample axes (..., d + K); returns (..., n_sessions). Sessions are independent given
+    θ, so these are the pointwise terms of leave-one-session-out cross-validation."""
+    Z, y = log.design()
+    theta = np.asarray(theta, dtype=float)
+    lead = theta.shape[:-1]
+    flat = theta.reshape(-1, theta.shape[-1])
+    starts = np.flatnonzero(np.r_[True, np.diff(log.session) != 0])
+    out = np.empty((flat.shape[0], starts.size))
+    step = max(1, _LOGLIK_CHUNK // max(1, Z.shape[0]))
+    sign = 1.0 - 2.0 * y  # log σ(η) = −softplus(−η) for a click, −softplus(η) otherwise
+    for s0 in range(0, flat.shape[0], step):
+        eta = flat[s0 : s0 + step] @ Z.T
+        rows = -np.logaddexp(0.0, sign * eta)
+        out[s0 : s0 + step] = np.add.reduceat(rows, starts, axis=1)
+    return out.reshape(*lead, starts.size)
+
+
+def add_session_checks(idata: xr.DataTree, log: CascadeLog) -> xr.DataTree:
+    """Add ``observed_data`` and ``log_likelihood`` to the draws of a cascade fit, in place.
+
+    ``observed_data``: ``click`` (row), the clicks of the displayed positions, with their
+    ``row_session``, ``row_arm`` and ``row_position`` as coordinates (the contexts are not
+    kept). ``log_likelihood``: ``click`` (chain, draw, session), :func:`session_loglik` at every
+    draw of θ, so that ``az.loo`` leaves one session out and ``az.compare`` ranks fits of one log.
+    """
+    theta = idata["posterior"]["theta"].transpose("chain", "draw", "param")
+    ll = session_loglik(log, theta.values)
+    idata["log_likelihood"] = xr.DataTree(
+        xr.Dataset(
+            {"click": (("chain", "draw", "session"), ll)},
+            coords={
+                "chain": theta["chain"].values,
+                "draw": theta["draw"].values,
+                "session": np.arange(ll.shape[-1]),
+            },
+            attrs={"sample_dims": ["chain", "draw"]},
+        )
+    )
+    idata["observed_data"] = xr.DataTree(
+        xr.Dataset(
+            {"click": (("row",), np.asarray(log.click, dtype=np.int8))},
+            coords={
+                "row": np.arange(log.n_rows),
+                "row_session": ("row", np.asarray(log.session)),
+                "row_arm": ("row", np.asarray(log.arm)),
+                "row_position": ("row", np.asarray(log.position)),
+            },
+        )
+    )
+    return idata
+
+
 # =========================================================================== fitting
 def cascade_laplace(data: Any, *, lam: float = 1.0, prior: Any = None, **columns: Any) -> Any:
     """The batch Laplace posterior ``N(θ_MAP, (P + Zᵀ W Z)⁻¹)`` of a cascade log (closed-form
@@ -387,7 +450,8 @@ def fit_cascade_prior(
         ``"laplace"``: the batch Laplace approximation at the MAP (Newton-IRLS; fast path).
         ``"mcmc"``: NUTS on :func:`cascade_click_model` (via
         :func:`hierbandit.bayes.sampling.sample`); the prior is the posterior mean and the
-        sample covariance of θ, and the run is kept in ``prior.idata``.
+        sample covariance of θ, and the run is kept in ``prior.idata`` (ArviZ groups, with
+        ``observed_data`` and a per-session ``log_likelihood``: :func:`add_session_checks`).
     lam : float
         Precision λ of the ``N(0, λ⁻¹I)`` prior of the historical fit.
     inflate : float
@@ -423,6 +487,7 @@ def fit_cascade_prior(
         config.update(_sampler_record(cfg))
         model = cascade_click_model(log, lam=lam)
         idata = sample(model, cfg)
+        add_session_checks(idata, log)
         th = idata.posterior["theta"].transpose("chain", "draw", "param").to_numpy()
         flat = th.reshape(-1, th.shape[-1])
         mean, cov = flat.mean(axis=0), np.cov(flat, rowvar=False)

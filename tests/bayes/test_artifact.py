@@ -215,7 +215,10 @@ def test_the_draws_are_checked_when_the_prior_is_built():
         HierarchicalPrior(p.dataset, bad)
     other = draws.copy()
     other["posterior"] = xr.DataTree(other["posterior"].to_dataset().assign_coords(arm=[5, 6]))
-    with pytest.raises(ValueError, match="coordinates disagree"):
+    with pytest.raises(ValueError, match=r"labels 'arm' \[5, 6\], the prior \[0, 1\]"):
+        HierarchicalPrior(p.dataset, other)
+    other["posterior"] = xr.DataTree(draws["posterior"].to_dataset().isel(arm=[0]))
+    with pytest.raises(ValueError, match="has 1 'arm' entries, the prior 2"):
         HierarchicalPrior(p.dataset, other)
 
 

@@ -152,7 +152,11 @@ def test_mcmc_prior_records_the_settings(cascade_frame, monkeypatch):
     def fake(model, sampler=None, **kwargs):
         rng = np.random.default_rng(0)
         theta = rng.normal(size=(sampler.chains, sampler.draws, 6))
-        return az.from_dict(posterior={"theta": theta}, dims={"theta": ["param"]})
+        return az.from_dict(
+            {"posterior": {"theta": theta}},
+            dims={"theta": ["param"]},
+            coords={"param": list(model.coords["param"])},
+        )
 
     monkeypatch.setattr(sampling, "sample", fake)
     with pytest.warns(UserWarning, match="MCMC diagnostics"):
@@ -170,6 +174,49 @@ def test_mcmc_prior_records_the_settings(cascade_frame, monkeypatch):
     with pytest.warns(UserWarning, match="MCMC diagnostics"):
         prior = fit_cascade_prior(cascade_frame, "mcmc", sampler=cfg)
     assert prior.provenance["config"]["target_accept"] == 0.95
+
+
+def test_session_loglik_is_the_bernoulli_likelihood_of_each_session(cascade_frame):
+    from hierbandit.bayes.cascade import session_loglik
+
+    log = read_cascade_log(cascade_frame)
+    Z, y = log.design()
+    theta = np.random.default_rng(1).normal(size=(3, 2, Z.shape[1]))
+    got = session_loglik(log, theta)
+    assert got.shape == (3, 2, log.n_sessions)
+    p = 1.0 / (1.0 + np.exp(-(theta @ Z.T)))
+    rows = np.where(y == 1, np.log(p), np.log1p(-p))
+    want = np.stack([rows[..., log.session == s].sum(-1) for s in range(log.n_sessions)], -1)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_an_mcmc_prior_carries_its_loo_groups(cascade_frame, monkeypatch, tmp_path):
+    """The cascade prior's draws: observed_data (the clicks) and a log-likelihood per session,
+    which az.loo reads from the prior and from its file."""
+    import arviz as az
+    import xarray as xr
+
+    from hierbandit.bayes import sampling
+
+    def fake(model, sampler=None, **kwargs):
+        theta = np.random.default_rng(0).normal(0.0, 0.1, size=(2, 100, 6))
+        return az.from_dict(
+            {"posterior": {"theta": theta}},
+            dims={"theta": ["param"]},
+            coords={"param": list(model.coords["param"])},
+        )
+
+    monkeypatch.setattr(sampling, "sample", fake)
+    with pytest.warns(UserWarning, match="MCMC diagnostics"):
+        prior = fit_cascade_prior(cascade_frame, "mcmc", draws=100, tune=5, chains=2)
+    assert set(prior.idata.children) == {"posterior", "observed_data", "log_likelihood"}
+    n_sessions = int(prior.provenance["n_sessions"])
+    assert prior.idata.log_likelihood["click"].shape == (2, 100, n_sessions)
+    assert int(prior.idata.observed_data["click"].sum()) == prior.provenance["n_clicks"]
+    path = prior.save(tmp_path / "c.nc")
+    assert load_cascade_prior(path) == prior
+    with xr.open_datatree(path, engine="h5netcdf") as tree:
+        assert az.loo(tree).elpd == pytest.approx(az.loo(prior.idata).elpd, rel=1e-12)
 
 
 # ---------------------------------------------------------------------- Laplace vs NUTS
