@@ -1,56 +1,81 @@
-"""Wall time and minimum bulk ESS: collapsed full-Bayes fit against the naive uncollapsed model.
+"""Wall time and ESS of the full-Bayes fit, route by route, and against the naive model.
 
 The ebm synthetic setting (N = 10 instances, K = 5 arms, d = 3, rows from a uniform-random
-policy), 2 chains × 1,000 draws after 1,000 tuning steps, PyMC defaults otherwise
-(target_accept 0.8). Prints, per configuration, the wall time from model building to
-InferenceData, the minimum bulk ESS and maximum R-hat over Σ_k and σ_k, divergences, and
-ESS per second; then the ratios the targets are stated in:
+policy), 2 chains × 1,000 draws after 1,000 tuning steps, target_accept 0.8, seed 1. Every route
+of :func:`hierbandit.bayes.sample` is measured in processes of its own:
 
-* naive / collapsed wall time at T = 2,000 rows (target ≥ 40×, with ESS ≥ 1,000);
-* collapsed at T = 100,000 rows / collapsed at T = 2,000 (target ≤ 1.5).
+* ``direct-numpyro``: the package's numpyro driver (``driver="direct"``);
+* ``pm-numpyro``: ``pm.sample(nuts_sampler="numpyro")``;
+* ``pm-nutpie``: ``pm.sample(nuts_sampler="nutpie")``, PyMC's default NUTS (numba backend);
+* ``pm-nutpie-jax``: the same with ``backend="jax"`` and JAX's gradient;
+* ``direct-nutpie``: the package's nutpie driver (JAX backend);
+* ``pm-pymc``: PyMC's own NUTS (``--routes`` adds it; not by default).
 
-The naive model samples every coefficient (non-centred) from the rows with PyMC's default NUTS;
-PyMC counts one physical core on these machines and so runs the two chains one after the other,
-the same condition as the reference figure of 425 s in the design brief (which used per-arm
-``LKJCholeskyCov`` priors; our batched LKJ construction makes the naive model faster too).
-``--naive numpyro`` runs it with numpyro instead and ``--naive skip`` uses the 425 s reference.
+Per route, three figures, each the wall time from building the model to the DataTree:
 
-Each collapsed fit is timed twice: with an empty JAX compilation cache (the first fit on a
-machine) and with the programs cached (every later fit of a log of the same shape, since the
-data are arguments of the compiled programs; see docs/decisions/bayes.md B9).
+* **cold**: the first fit on a machine, in a fresh process, with an empty JAX compilation cache
+  and an empty PyTensor compilation folder (both temporary);
+* **refit**: then, in the same process, a fit of another log of the same shape (another seed of
+  the environment): what a user pays when refitting, since the collapsed model's shapes are
+  (K, N, d), not the number of rows;
+* **fresh**: a fit of a third log of the same shape in a new process that finds both caches
+  filled (the next session on the same machine).
 
-JAX, numpyro and PyMC's JAX bridge are imported before the clock starts (PyMC, which the naive
-model uses, is imported at the top); their import time is printed with the figure of a first fit
-in a fresh process.
+The libraries a route loads (JAX, numpyro, nutpie, numba, PyMC's bridges) are imported before
+the clock, and their import time is printed apart. Then the table gives each route's minimum bulk
+ESS and maximum R-hat over Σ_k and σ_k, divergences, ESS per second, and its wall times as
+ratios to the fastest ``pm.sample`` route measured in the same run (below 1: faster). The
+package's rule (docs/decisions/bayes.md, B10): the default goes through ``pm.sample`` unless a
+hand-written driver is at least 2× faster.
 
-Measured (2 cores, quiet machine, three runs): collapsed 8.5–9.2 s cold (10.1–11.0 s with the
-1.6–1.8 s of imports in a fresh process), 4.6–4.8 s cached (min ESS 1,178) at 2,000 rows,
-5.0–5.3 s cached at 100,000 rows (ratio 1.05–1.13); against the 425 s reference 46–50× cold
-(39–42× in a fresh process) and 89–92× cached.
+``--large`` adds a refit of a 100,000-row log for the default route (target: at most 1.5× the
+2,000-row refit), ``--naive pymc|numpyro`` the naive uncollapsed model (PyMC's own NUTS, chains
+one after the other on these machines; the design brief's reference is 425 s), ``--repeat R``
+runs each route R times (the machines are shared: report ranges), ``--progress`` times the
+default route with its progress display on.
 
-Run: ``.venv/bin/python benchmarks/bench_bayes_collapsed.py [--naive pymc|numpyro|skip]``.
+Run: ``.venv/bin/python benchmarks/bench_bayes_collapsed.py [--routes a,b] [--repeat 3]
+[--large] [--naive skip|pymc|numpyro]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
-import arviz as az
 import numpy as np
 import pandas as pd
 
-from hierbandit.bayes import configure_compilation_cache
-from hierbandit.bayes.models import collapsed_model, uncollapsed_model
-from hierbandit.bayes.sampling import sample
-from hierbandit.data import read_log
-from hierbandit.ebm import HierarchicalLinearEnv
-
 REFERENCE_NAIVE_SECONDS = 425.0
+
+#: route name -> keyword arguments of ``sample``
+ROUTES: dict[str, dict[str, Any]] = {
+    "direct-numpyro": {"driver": "direct", "nuts_sampler": "numpyro"},
+    "pm-numpyro": {"driver": "pymc", "nuts_sampler": "numpyro"},
+    "pm-nutpie": {"driver": "pymc", "nuts_sampler": "nutpie"},
+    "pm-nutpie-jax": {
+        "driver": "pymc",
+        "nuts_sampler": "nutpie",
+        "backend": "jax",
+        "compile_kwargs": {"gradient_backend": "jax"},
+    },
+    "direct-nutpie": {"driver": "direct", "nuts_sampler": "nutpie"},
+    "pm-pymc": {"driver": "pymc", "nuts_sampler": "pymc"},
+}
+DEFAULT_ROUTES = ("direct-numpyro", "pm-numpyro", "pm-nutpie", "pm-nutpie-jax", "direct-nutpie")
 
 
 def synthetic_log(rows: int, seed: int = 0):
+    from hierbandit.data import read_log
+    from hierbandit.ebm import HierarchicalLinearEnv
+
     env = HierarchicalLinearEnv(10, 5, 3, rng=seed)
     roll = env.rollout(rows, np.random.default_rng(seed + 1))
     arm = np.random.default_rng(seed + 2).integers(0, 5, rows)
@@ -67,82 +92,184 @@ def synthetic_log(rows: int, seed: int = 0):
     return read_log(df)
 
 
-def _import_sampler_backend() -> None:
-    """Import JAX, numpyro and PyMC's JAX bridge (what the first fit of a process loads)."""
-    import numpyro.infer  # noqa: F401
+def _import_backend(route: str) -> None:
+    """Import what the first fit of a process on ``route`` loads."""
+    import pymc
     import pymc.sampling.jax  # noqa: F401
-    import pytensor.link.jax  # noqa: F401
+    import pytensor.link.jax
+
+    if "numpyro" in route:
+        import numpyro.infer  # noqa: F401
+    if "nutpie" in route:
+        import nutpie  # noqa: F401
+    if route == "pm-nutpie":
+        import pytensor.link.numba  # noqa: F401
 
 
-def run(label: str, build, log, **kw) -> dict:
-    t0 = time.perf_counter()
+def fit(label: str, build, log, **kw) -> dict:
+    import arviz as az
+
+    from hierbandit.bayes.sampling import sample
+
+    t0, c0 = time.perf_counter(), time.process_time()
     model = build(log)
     idata = sample(model, draws=1000, tune=1000, chains=2, target_accept=0.8, random_seed=1, **kw)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     summ = az.summary(idata, var_names=["Sigma", "sigma"])
     ess = float(summ["ess_bulk"].min())
-    row = {
+    return {
         "config": label,
         "rows": log.n_rows,
         "wall_s": wall,
+        "cpu_s": cpu,
         "min_ess_bulk": ess,
         "max_rhat": float(summ["r_hat"].max()),
         "divergences": int(idata.sample_stats["diverging"].sum()),
         "ess_per_s": ess / wall,
+        "n_steps": float(idata.sample_stats["n_steps"].mean()),
     }
-    print(
-        f"{label:<34}{log.n_rows:>8}{wall:>9.1f}{ess:>9.0f}{row['max_rhat']:>8.3f}"
-        f"{row['divergences']:>6}{row['ess_per_s']:>9.1f}",
-        flush=True,
-    )
-    return row
+
+
+def worker(route: str, phase: str, large: bool, progress: bool) -> None:
+    """One process: ``phase="cold"`` fits seed 0 then seed 10 (refit); ``"fresh"`` seed 20."""
+    from hierbandit.bayes.models import collapsed_model
+
+    t0 = time.perf_counter()
+    _import_backend(route)
+    rows = [{"config": "import", "wall_s": time.perf_counter() - t0}]
+    kw = dict(ROUTES[route])
+    if progress:
+        kw["progressbar"] = True
+    seeds = {"cold": (0, 10), "fresh": (20,)}[phase]
+    labels = {0: "cold", 10: "refit", 20: "fresh"}
+    for seed in seeds:
+        rows.append(fit(labels[seed], collapsed_model, synthetic_log(2_000, seed), **kw))
+    if large:
+        rows.append(fit("refit 100,000 rows", collapsed_model, synthetic_log(100_000, 30), **kw))
+    print("ROWS " + json.dumps(rows), flush=True)
+
+
+def run_route(route: str, large: bool, progress: bool) -> list[dict]:
+    """``route`` cold and refit in one process, then fresh in another, with its own caches."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "HIERBANDIT_"))}
+        env["HIERBANDIT_JAX_CACHE"] = str(Path(tmp) / "jax")
+        env["PYTENSOR_FLAGS"] = f"base_compiledir={Path(tmp) / 'pytensor'}"
+        for phase in ("cold", "fresh"):
+            cmd = [sys.executable, __file__, "--worker", route, "--phase", phase]
+            if large and phase == "cold":
+                cmd.append("--large")
+            if progress:
+                cmd.append("--progress")
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            lines = [ln for ln in res.stdout.splitlines() if ln.startswith("ROWS ")]
+            if res.returncode or not lines:
+                sys.stderr.write(res.stderr[-3000:])
+                raise SystemExit(f"{route} ({phase}) failed")
+            out += [dict(r, route=route) for r in json.loads(lines[-1][5:])]
+    return out
+
+
+def naive(kind: str) -> float:
+    """Wall time of the naive uncollapsed model (PyMC's NUTS or numpyro), 2,000 rows."""
+    from hierbandit.bayes.models import uncollapsed_model
+
+    kw = {"driver": "pymc", "nuts_sampler": "pymc"} if kind == "pymc" else {}
+    row = fit(f"naive uncollapsed ({kind})", uncollapsed_model, synthetic_log(2_000), **kw)
+    print(f"naive uncollapsed ({kind}): {row['wall_s']:.1f} s, min ESS {row['min_ess_bulk']:.0f}")
+    return row["wall_s"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--naive", choices=["pymc", "numpyro", "skip"], default="pymc")
+    parser.add_argument("--routes", default=",".join(DEFAULT_ROUTES))
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--large", action="store_true")
+    parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--naive", choices=["pymc", "numpyro", "skip"], default="skip")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--phase", default="cold", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    small, large = synthetic_log(2_000), synthetic_log(100_000)
-    # The sampler's libraries are loaded once per process, like PyMC's at ``import pymc`` for the
-    # naive model: their import is timed apart and shown with the fresh-process figure below.
-    t0 = time.perf_counter()
-    _import_sampler_backend()
-    import_s = time.perf_counter() - t0
-    with tempfile.TemporaryDirectory() as cache:
-        configure_compilation_cache(cache)  # empty: the first fit compiles everything
-        print(
-            f"{'configuration':<34}{'rows':>8}{'wall s':>9}{'min ESS':>9}{'R-hat':>8}{'div':>6}"
-            f"{'ESS/s':>9}"
-        )
-        cold = run("collapsed, cold cache", collapsed_model, small)
-        warm = run("collapsed, warm cache", collapsed_model, small)
-        c_large = run("collapsed, warm cache", collapsed_model, large)
-    if args.naive == "skip":
-        naive_wall = REFERENCE_NAIVE_SECONDS
-        print(f"{'naive uncollapsed (reference)':<34}{2000:>8}{naive_wall:>9.1f}")
-    else:
-        kw = {"nuts_sampler": "pymc"} if args.naive == "pymc" else {}
-        naive_wall = run(f"naive uncollapsed ({args.naive})", uncollapsed_model, small, **kw)[
-            "wall_s"
-        ]
+    if args.worker:
+        worker(args.worker, args.phase, args.large, args.progress)
+        return
+    from hierbandit.bayes.sampler_config import SamplerConfig
+
+    default = SamplerConfig()
+    default_route = ("pm-" if default.driver == "pymc" else "direct-") + default.nuts_sampler
+    routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    rows: list[dict] = []
+    for rep in range(args.repeat):
+        for route in routes:
+            got = run_route(route, args.large and route == default_route, args.progress)
+            rows += [dict(r, repeat=rep) for r in got]
+            print(
+                f"[{rep + 1}/{args.repeat}] {route:<15}"
+                + "  ".join(
+                    f"{r['config']} {r['wall_s']:.1f} s"
+                    + (f" (CPU {r['cpu_s']:.1f} s)" if "cpu_s" in r else "")
+                    for r in got
+                ),
+                flush=True,
+            )
+    df = pd.DataFrame(rows)
+    fits = df[df["config"] != "import"]
     print()
-    for label, row in (("cold", cold), ("warm", warm)):
+    print("wall time (s), min–max over repeats; ESS and ESS/s of the refit; ratio to the fastest")
+    print("pm.sample route of the same repeat, median over repeats (< 1: faster than pm.sample)")
+    header = (
+        f"{'route':<16}{'import':>8}{'cold':>13}{'refit':>13}{'fresh':>13}"
+        f"{'ESS':>7}{'ESS/s':>7}{'steps':>7}{'R-hat':>7}{'div':>5}"
+        f"{'×cold':>7}{'×refit':>7}{'×fresh':>7}"
+    )
+    print(header)
+    best = {}
+    for (rep, config), grp in fits.groupby(["repeat", "config"]):
+        pm_rows = grp[grp["route"].str.startswith("pm-")]
+        if len(pm_rows):
+            best[(rep, config)] = pm_rows["wall_s"].min()
+    for route in routes:
+        mine = df[df["route"] == route]
+
+        def span(config: str, mine=mine) -> str:
+            w = mine.loc[mine["config"] == config, "wall_s"]
+            return f"{w.min():5.1f}–{w.max():5.1f}" if len(w) else f"{'-':>11}"
+
+        def ratio(config: str, mine=mine) -> str:
+            r = [
+                row.wall_s / best[(row.repeat, config)]
+                for row in mine[mine["config"] == config].itertuples()
+                if (row.repeat, config) in best
+            ]
+            return f"{np.median(r):7.2f}" if r else f"{'-':>7}"
+
+        refit = mine[mine["config"] == "refit"]
         print(
-            f"naive / collapsed ({label} cache) wall time at 2,000 rows: "
-            f"{naive_wall / row['wall_s']:.1f}× (target ≥ 40×); against the 425 s reference: "
-            f"{REFERENCE_NAIVE_SECONDS / row['wall_s']:.1f}×; collapsed min ESS "
-            f"{row['min_ess_bulk']:.0f} (target ≥ 1,000)"
+            f"{route:<16}{mine.loc[mine['config'] == 'import', 'wall_s'].median():8.1f}"
+            f"  {span('cold')}  {span('refit')}  {span('fresh')}"
+            f"{refit['min_ess_bulk'].median():7.0f}{refit['ess_per_s'].median():7.0f}"
+            f"{refit['n_steps'].median():7.1f}{refit['max_rhat'].max():7.3f}"
+            f"{int(refit['divergences'].max()):5d}"
+            f"{ratio('cold')}{ratio('refit')}{ratio('fresh')}"
         )
-    fresh = import_s + cold["wall_s"]
-    print(
-        f"first fit in a fresh process (cold cache, plus {import_s:.1f} s importing JAX, numpyro "
-        f"and PyMC's JAX bridge): {fresh:.1f} s, {REFERENCE_NAIVE_SECONDS / fresh:.1f}× "
-        "against the 425 s reference"
-    )
-    print(
-        f"collapsed 100,000 rows / 2,000 rows (warm cache): "
-        f"{c_large['wall_s'] / warm['wall_s']:.2f} (target ≤ 1.5)"
-    )
+    large = fits[fits["config"] == "refit 100,000 rows"]
+    if len(large):
+        small = fits[(fits["route"] == default_route) & (fits["config"] == "refit")]
+        r = large["wall_s"].to_numpy() / small["wall_s"].to_numpy()
+        print(
+            f"\n{default_route}: refit of 100,000 rows / 2,000 rows: "
+            f"{r.min():.2f}–{r.max():.2f} (target ≤ 1.5)"
+        )
+    naive_wall = naive(args.naive) if args.naive != "skip" else REFERENCE_NAIVE_SECONDS
+    for route in routes:
+        mine = fits[fits["route"] == route]
+        for config in ("cold", "refit"):
+            w = mine.loc[mine["config"] == config, "wall_s"]
+            print(
+                f"naive ({naive_wall:.0f} s) / {route} {config}: "
+                f"{naive_wall / w.max():.0f}–{naive_wall / w.min():.0f}×"
+            )
 
 
 if __name__ == "__main__":

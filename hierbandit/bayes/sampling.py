@@ -47,6 +47,60 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: the logger of progress records (``record.progress = (done, total, label)``), as everywhere in
+#: the package; the direct numpyro driver adds ``record.remaining`` (seconds, or ``None``)
+PROGRESS_LOGGER = "hierbandit.progress"
+#: how many calls the direct numpyro driver splits warm-up and draws into, to report progress
+PROGRESS_CHUNKS = 20
+_progress_logger = logging.getLogger(PROGRESS_LOGGER)
+
+
+class _Progress:
+    """Progress of the direct driver's chains as ``hierbandit.progress`` records: steps done per
+    chain of ``total``, and an estimate of the time left (``record.remaining``, in seconds).
+
+    The estimate is the rate of the steps since the first chunk (whose time includes compiling
+    the program) applied to the steps left; before there is such a rate it is ``None``. Warm-up
+    steps are usually the slowest, so early estimates err long.
+    """
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, total, 0
+        self._first: tuple[int, float] | None = None
+
+    def _report(self, remaining: float | None) -> None:
+        if not _progress_logger.isEnabledFor(logging.DEBUG):
+            return
+        left = "estimating the time left" if remaining is None else f"about {remaining:.0f} s left"
+        _progress_logger.debug(
+            "%s: %d/%d steps per chain, %s",
+            self.label,
+            self.done,
+            self.total,
+            left,
+            extra={"progress": (self.done, self.total, self.label), "remaining": remaining},
+        )
+
+    def __enter__(self) -> _Progress:
+        self._report(None)
+        return self
+
+    def advance(self, steps: int) -> None:
+        self.done = min(self.done + steps, self.total)
+        now = time.perf_counter()
+        remaining = None
+        if self._first is None:
+            self._first = (self.done, now)
+        else:
+            done0, t0 = self._first
+            remaining = (now - t0) / (self.done - done0) * (self.total - self.done)
+        if self.done < self.total:
+            self._report(remaining)
+
+    def __exit__(self, *exc: object) -> None:
+        self.done = self.total
+        self._report(0.0)
+
 
 def sample(
     model: pm.Model,
@@ -299,7 +353,7 @@ def _sample_numpyro(
             ]
         )
 
-    def run_chain(chain: Any, init: dict[str, Any], data: tuple, inverse_mass: Any) -> Any:
+    def chain_kernel(chain: Any, init: dict[str, Any], data: tuple, inverse_mass: Any) -> Any:
         # numpyro's kernel API with the data (and the data-dependent starting mass matrix) as
         # arguments of the compiled program: its MCMC driver closes over the model arguments,
         # which would bake the data into the program. The chain's key is derived inside the
@@ -312,10 +366,24 @@ def _sample_numpyro(
             max_tree_depth=max_tree_depth,
             inverse_mass_matrix=inverse_mass,
         )
-        state = kernel.init(key, tune, init, data, {})
+        return kernel, kernel.init(key, tune, init, data, {})
+
+    def start_chain(chain: Any, init: dict[str, Any], data: tuple, inverse_mass: Any) -> Any:
+        return chain_kernel(chain, init, data, inverse_mass)[1]
+
+    def advance_chain(
+        state: Any, chain: Any, init: dict[str, Any], data: tuple, inverse_mass: Any
+    ) -> Any:
+        # ``length`` more steps from ``state``. ``kernel.init`` runs again only to build the
+        # kernel's warm-up schedule inside this program (its result is unused, and XLA drops
+        # it); the steps past the last one (the final chunk may be longer than what is left)
+        # leave the state as it is and are discarded.
+        kernel, _ = chain_kernel(chain, init, data, inverse_mass)
 
         def step(state: Any, _: Any) -> Any:
-            state = kernel.sample(state, data, {})
+            state = jax.lax.cond(
+                state.i < total, lambda s: kernel.sample(s, data, {}), lambda s: s, state
+            )
             fields = {
                 "num_steps": state.num_steps,
                 "diverging": state.diverging,
@@ -326,16 +394,31 @@ def _sample_numpyro(
             }
             return state, (state.z, fields)
 
-        _, trace = jax.lax.scan(step, state, None, length=tune + draws)
-        return jax.tree_util.tree_map(lambda x: x[tune:], trace)
+        return jax.lax.scan(step, state, None, length=length)
 
+    # warm-up and draws run as a few chunks of ``length`` steps, each one call of the same
+    # compiled program (compiled once per shape like the rest), so that progress and the time
+    # left can be reported between them
+    total = tune + draws
+    length = -(-total // min(PROGRESS_CHUNKS, total))
     chain_ids = np.arange(chains)  # each chain derives its key in the program
     if parallel:
-        runner = jax.pmap(run_chain, in_axes=(0, 0, None, None))
+        starter = jax.pmap(start_chain, in_axes=(0, 0, None, None))
+        advancer = jax.pmap(advance_chain, in_axes=(0, 0, 0, None, None))
     else:
-        runner = jax.jit(jax.vmap(run_chain, in_axes=(0, 0, None, None)))
-    raw, extra = jax.device_get(runner(chain_ids, init_params, data, inverse_mass))
-    sampling_time = time.perf_counter() - start  # device_get waits for the asynchronous run
+        starter = jax.jit(jax.vmap(start_chain, in_axes=(0, 0, None, None)))
+        advancer = jax.jit(jax.vmap(advance_chain, in_axes=(0, 0, 0, None, None)))
+    chunks = []
+    with _Progress(f"NUTS, {chains} chain{'s' * (chains > 1)}", total) as progress:
+        state = starter(chain_ids, init_params, data, inverse_mass)
+        while progress.done < total:
+            state, chunk = advancer(state, chain_ids, init_params, data, inverse_mass)
+            chunks.append(jax.device_get(chunk))  # waits for the chunk: progress is real
+            progress.advance(length)
+    raw, extra = jax.tree_util.tree_map(
+        lambda *parts: np.concatenate(parts, axis=1)[:, tune:total], *chunks
+    )
+    sampling_time = time.perf_counter() - start
 
     # map the unconstrained draws to the stored (constrained / deterministic) variables
     if "constrain" in meta:
