@@ -124,6 +124,13 @@ def test_run_quickstart_smoke(tmp_path):
         assert "LinTS" in [str(p) for p in ds["policy"].values]
     hyper = pd.read_csv(out / "hyperparameters.csv")
     assert len(hyper) == 5 * (6 + 1)  # 6 distinct Σ entries and σ per genre
+    # the diagnostics name the genres and count each genre's 6 distinct Σ entries once
+    summary_rows = pd.read_csv(out / "mcmc-summary.csv", index_col=0).index
+    sigma_rows = [p for p in summary_rows if p.startswith("Sigma[")]
+    assert len(sigma_rows) == 5 * 6
+    assert "Sigma[Action, time, intercept]" in sigma_rows
+    assert "Sigma[Action, intercept, time]" not in sigma_rows
+    assert "sigma[Crime]" in summary_rows
 
 
 def test_run_quickstart_rejects_bad_settings(tmp_path):
