@@ -107,11 +107,12 @@ def test_the_file_layout_and_its_kind(name, tmp_path):
     np.testing.assert_array_equal(
         idata.posterior.to_dataset().to_array(), p.idata.posterior.to_dataset().to_array()
     )
-    # the sealed file is a netCDF file behind an HDF5 user block: xarray and ArviZ read it
-    # (the engine named: xarray guesses it from the first bytes, which are the seal's)
+    # the sealed file is a netCDF file behind an HDF5 user block: xarray and ArviZ open it with
+    # no engine named (the package's xarray backend claims the seal), and so does h5netcdf
     for opened in (
+        xr.open_datatree(path),
+        az.from_netcdf(path),
         xr.open_datatree(path, engine="h5netcdf"),
-        az.from_netcdf(path, engine="h5netcdf"),
     ):
         with opened:
             assert set(opened.children) == {"posterior", "sample_stats"}

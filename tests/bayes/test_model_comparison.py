@@ -68,11 +68,11 @@ def test_a_saved_prior_opens_in_xarray_and_arviz(fits, tmp_path):
     path = prior.save(tmp_path / "prior.nc")
     assert load_prior(path) == prior
     want = az.loo(prior.idata).elpd
-    with xr.open_datatree(path, engine="h5netcdf") as tree:
+    with xr.open_datatree(path) as tree:
         assert set(tree.children) == set(prior.idata.children)
         assert "shared_mean" in tree.to_dataset()  # the prior's own values stay at the root
         assert az.loo(tree).elpd == pytest.approx(want, rel=1e-12)
-    with az.from_netcdf(path, engine="h5netcdf") as tree:
+    with az.from_netcdf(path) as tree:
         assert az.loo(tree).elpd == pytest.approx(want, rel=1e-12)
         table = az.compare({"file": tree, "blind": fits["blind"].idata})
         assert table.index[0] == "file"
