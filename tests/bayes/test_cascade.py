@@ -143,15 +143,15 @@ def test_sampler_defaults_and_overrides(cascade_frame, seen_config):
             call(sampler={"draws": 100})
 
 
-def test_mcmc_prior_records_the_settings(cascade_frame, monkeypatch):
-    """The provenance keeps its keys; a setting other than the default is recorded too."""
+def _fake_sampler(monkeypatch, scale: float) -> None:
+    """Replace NUTS by normal draws of θ (chains × draws from the sampler's settings)."""
     import arviz as az
 
     from hierbandit.bayes import sampling
 
     def fake(model, sampler=None, **kwargs):
-        rng = np.random.default_rng(0)
-        theta = rng.normal(size=(sampler.chains, sampler.draws, 6))
+        size = (sampler.chains, sampler.draws, len(model.coords["param"]))
+        theta = np.random.default_rng(0).normal(0.0, scale, size=size)
         return az.from_dict(
             {"posterior": {"theta": theta}},
             dims={"theta": ["param"]},
@@ -159,6 +159,12 @@ def test_mcmc_prior_records_the_settings(cascade_frame, monkeypatch):
         )
 
     monkeypatch.setattr(sampling, "sample", fake)
+
+
+def test_mcmc_prior_records_the_settings(cascade_frame, monkeypatch):
+    """The provenance keeps its keys; a setting other than the default is recorded too."""
+
+    _fake_sampler(monkeypatch, scale=1.0)
     with pytest.warns(UserWarning, match="MCMC diagnostics"):
         prior = fit_cascade_prior(cascade_frame, "mcmc", draws=10, tune=5, chains=2)
     assert prior.provenance["config"] == {
@@ -196,17 +202,7 @@ def test_an_mcmc_prior_carries_its_loo_groups(cascade_frame, monkeypatch, tmp_pa
     import arviz as az
     import xarray as xr
 
-    from hierbandit.bayes import sampling
-
-    def fake(model, sampler=None, **kwargs):
-        theta = np.random.default_rng(0).normal(0.0, 0.1, size=(2, 100, 6))
-        return az.from_dict(
-            {"posterior": {"theta": theta}},
-            dims={"theta": ["param"]},
-            coords={"param": list(model.coords["param"])},
-        )
-
-    monkeypatch.setattr(sampling, "sample", fake)
+    _fake_sampler(monkeypatch, scale=0.1)
     with pytest.warns(UserWarning, match="MCMC diagnostics"):
         prior = fit_cascade_prior(cascade_frame, "mcmc", draws=100, tune=5, chains=2)
     assert set(prior.idata.children) == {"posterior", "observed_data", "log_likelihood"}
