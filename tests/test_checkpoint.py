@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -630,14 +631,32 @@ def test_every_online_policy_survives_a_crash(tmp_path):
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=600)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    err = tmp_path / "child.err"  # a file, not a pipe: nothing reads it while the child runs
+    with open(err, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=sink
+        )
+    # while the child runs, this process plays the uninterrupted reference runs
     cases = _kill_cases()
     assert len(cases) == len(FACTORIES) + len(CASCADE) + len(CLUSTERING)
-    for name, (make, play, mid, end) in cases.items():
+    references = {}
+    for name, (make, play, _, end) in cases.items():
         reference = make()
-        ref = play(reference, 0, end)
-        restored = load_checkpoint(tmp_path / f"{name}.nc")
+        references[name] = (reference, play(reference, 0, end))
+    try:
+        proc.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail("the child did not finish in 600 s")
+    assert proc.returncode == -signal.SIGKILL, err.read_text(errors="replace")
+    # each load walks its file in a child interpreter first: threads overlap those walks
+    with ThreadPoolExecutor(4) as pool:
+        paths = [tmp_path / f"{name}.nc" for name in cases]
+        loaded = dict(zip(cases, pool.map(load_checkpoint, paths), strict=True))
+    for name, (_, play, mid, end) in cases.items():
+        reference, ref = references[name]
+        restored = loaded[name]
         assert restored.t == mid, name
         assert play(restored, mid, end) == ref[mid:], name
         assert snapshot(restored) == snapshot(reference), name
