@@ -6,10 +6,11 @@ of :func:`hierbandit.bayes.sample` is measured in processes of its own:
 
 * ``direct-numpyro``: the package's numpyro driver (``driver="direct"``);
 * ``pm-numpyro``: ``pm.sample(nuts_sampler="numpyro")``;
-* ``pm-nutpie``: ``pm.sample(nuts_sampler="nutpie")``, PyMC's default NUTS (numba backend);
-* ``pm-nutpie-jax``: the same with ``backend="jax"`` and JAX's gradient;
+* ``pm-nutpie``: ``pm.sample(nuts_sampler="nutpie")`` with the model compiled by JAX (log
+  density and gradient), the package's default;
 * ``direct-nutpie``: the package's nutpie driver (JAX backend);
-* ``pm-pymc``: PyMC's own NUTS (``--routes`` adds it; not by default).
+* ``pm-nutpie-numba`` (PyMC's own default backend for nutpie, minutes of compilation) and
+  ``pm-pymc`` (PyMC's own NUTS): with ``--routes`` only.
 
 Per route, three figures, each the wall time from building the model to the DataTree:
 
@@ -28,11 +29,11 @@ ratios to the fastest ``pm.sample`` route measured in the same run (below 1: fas
 package's rule (docs/decisions/bayes.md, B10): the default goes through ``pm.sample`` unless a
 hand-written driver is at least 2× faster.
 
-``--large`` adds a refit of a 100,000-row log for the default route (target: at most 1.5× the
-2,000-row refit), ``--naive pymc|numpyro`` the naive uncollapsed model (PyMC's own NUTS, chains
+``--large`` adds a refit of a 100,000-row log to each route (target: at most 1.5× the 2,000-row
+refit), ``--naive pymc|numpyro`` the naive uncollapsed model (PyMC's own NUTS, chains
 one after the other on these machines; the design brief's reference is 425 s), ``--repeat R``
-runs each route R times (the machines are shared: report ranges), ``--progress`` times the
-default route with its progress display on.
+runs each route R times (the machines are shared: report ranges); ``--progress`` turns the
+progress bars on (off otherwise).
 
 Run: ``.venv/bin/python benchmarks/bench_bayes_collapsed.py [--routes a,b] [--repeat 3]
 [--large] [--naive skip|pymc|numpyro]``.
@@ -59,17 +60,12 @@ REFERENCE_NAIVE_SECONDS = 425.0
 ROUTES: dict[str, dict[str, Any]] = {
     "direct-numpyro": {"driver": "direct", "nuts_sampler": "numpyro"},
     "pm-numpyro": {"driver": "pymc", "nuts_sampler": "numpyro"},
-    "pm-nutpie": {"driver": "pymc", "nuts_sampler": "nutpie"},
-    "pm-nutpie-jax": {
-        "driver": "pymc",
-        "nuts_sampler": "nutpie",
-        "backend": "jax",
-        "compile_kwargs": {"gradient_backend": "jax"},
-    },
+    "pm-nutpie": {"driver": "pymc", "nuts_sampler": "nutpie"},  # compiled by JAX: the default
+    "pm-nutpie-numba": {"driver": "pymc", "nuts_sampler": "nutpie", "backend": "numba"},
     "direct-nutpie": {"driver": "direct", "nuts_sampler": "nutpie"},
     "pm-pymc": {"driver": "pymc", "nuts_sampler": "pymc"},
 }
-DEFAULT_ROUTES = ("direct-numpyro", "pm-numpyro", "pm-nutpie", "pm-nutpie-jax", "direct-nutpie")
+DEFAULT_ROUTES = ("direct-numpyro", "pm-numpyro", "pm-nutpie", "direct-nutpie")
 
 
 def synthetic_log(rows: int, seed: int = 0):
@@ -102,7 +98,7 @@ def _import_backend(route: str) -> None:
         import numpyro.infer  # noqa: F401
     if "nutpie" in route:
         import nutpie  # noqa: F401
-    if route == "pm-nutpie":
+    if route == "pm-nutpie-numba":
         import pytensor.link.numba  # noqa: F401
 
 
@@ -137,9 +133,7 @@ def worker(route: str, phase: str, large: bool, progress: bool) -> None:
     t0 = time.perf_counter()
     _import_backend(route)
     rows = [{"config": "import", "wall_s": time.perf_counter() - t0}]
-    kw = dict(ROUTES[route])
-    if progress:
-        kw["progressbar"] = True
+    kw = dict(ROUTES[route], progressbar=progress)
     seeds = {"cold": (0, 10), "fresh": (20,)}[phase]
     labels = {0: "cold", 10: "refit", 20: "fresh"}
     for seed in seeds:
@@ -175,7 +169,7 @@ def naive(kind: str) -> float:
     """Wall time of the naive uncollapsed model (PyMC's NUTS or numpyro), 2,000 rows."""
     from hierbandit.bayes.models import uncollapsed_model
 
-    kw = {"driver": "pymc", "nuts_sampler": "pymc"} if kind == "pymc" else {}
+    kw = dict(ROUTES["pm-pymc" if kind == "pymc" else "direct-numpyro"], progressbar=False)
     row = fit(f"naive uncollapsed ({kind})", uncollapsed_model, synthetic_log(2_000), **kw)
     print(f"naive uncollapsed ({kind}): {row['wall_s']:.1f} s, min ESS {row['min_ess_bulk']:.0f}")
     return row["wall_s"]
@@ -194,15 +188,11 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.phase, args.large, args.progress)
         return
-    from hierbandit.bayes.sampler_config import SamplerConfig
-
-    default = SamplerConfig()
-    default_route = ("pm-" if default.driver == "pymc" else "direct-") + default.nuts_sampler
     routes = [r.strip() for r in args.routes.split(",") if r.strip()]
     rows: list[dict] = []
     for rep in range(args.repeat):
         for route in routes:
-            got = run_route(route, args.large and route == default_route, args.progress)
+            got = run_route(route, args.large, args.progress)
             rows += [dict(r, repeat=rep) for r in got]
             print(
                 f"[{rep + 1}/{args.repeat}] {route:<15}"
@@ -253,14 +243,16 @@ def main() -> None:
             f"{int(refit['divergences'].max()):5d}"
             f"{ratio('cold')}{ratio('refit')}{ratio('fresh')}"
         )
-    large = fits[fits["config"] == "refit 100,000 rows"]
-    if len(large):
-        small = fits[(fits["route"] == default_route) & (fits["config"] == "refit")]
-        r = large["wall_s"].to_numpy() / small["wall_s"].to_numpy()
-        print(
-            f"\n{default_route}: refit of 100,000 rows / 2,000 rows: "
-            f"{r.min():.2f}–{r.max():.2f} (target ≤ 1.5)"
-        )
+    for route in routes:
+        mine = fits[fits["route"] == route]
+        large = mine[mine["config"] == "refit 100,000 rows"].sort_values("repeat")
+        if len(large):
+            small = mine[mine["config"] == "refit"].sort_values("repeat")
+            r = large["wall_s"].to_numpy() / small["wall_s"].to_numpy()
+            print(
+                f"{route}: refit of 100,000 rows / 2,000 rows: "
+                f"{r.min():.2f}–{r.max():.2f} (target ≤ 1.5)"
+            )
     naive_wall = naive(args.naive) if args.naive != "skip" else REFERENCE_NAIVE_SECONDS
     for route in routes:
         mine = fits[fits["route"] == route]

@@ -11,7 +11,8 @@ replace single fields of it (:func:`resolve_sampler`)::
 
 Without one, a function runs with its own default configuration. The defaults are those of
 :class:`SamplerConfig` (2 chains × 1,000 draws after 1,000 tuning steps, ``target_accept`` 0.9,
-seed 0, numpyro) except where a function states otherwise at its own definition:
+seed 0, ``pm.sample`` with nutpie and PyMC's progress bar) except where a function states
+otherwise at its own definition:
 
 ======================================================  =========================================
 function                                                default configuration
@@ -43,7 +44,7 @@ __all__ = ["DRIVERS", "NUTS_SAMPLERS", "SamplerConfig", "available_samplers", "r
 
 #: the NUTS backends :func:`hierbandit.bayes.sample` knows (``available_samplers()``: installed)
 NUTS_SAMPLERS = ("numpyro", "pymc", "nutpie", "blackjax")
-#: ``"direct"``: the package's own numpyro and nutpie drivers; ``"pymc"``: ``pm.sample``
+#: ``"pymc"``: ``pm.sample``; ``"direct"``: the package's own numpyro and nutpie drivers
 DRIVERS = ("direct", "pymc")
 
 
@@ -69,19 +70,23 @@ class SamplerConfig:
         Target acceptance probability of the step-size adaptation, in (0, 1).
     random_seed : int
         Seed of the initial points and of every chain (≥ 0): a run is reproducible from it.
-    nuts_sampler : {"numpyro", "pymc", "nutpie", "blackjax"}
+    nuts_sampler : {"nutpie", "numpyro", "pymc", "blackjax"}
         The NUTS implementation (:func:`~hierbandit.bayes.available_samplers` lists those
-        installed; checked when the sampler runs).
+        installed; checked when the sampler runs). nutpie compiles the model with JAX unless
+        ``options`` choose another ``backend`` (docs/decisions/bayes.md, B10).
     progressbar : bool
-        Show the backend's progress bar (``pm.sample`` and nutpie; the direct numpyro driver
-        runs every chain as one compiled loop and shows none).
-    driver : {"direct", "pymc"}
-        ``"direct"`` runs numpyro and nutpie through the package's own drivers;
-        ``"pymc"`` (and any other backend) goes through ``pm.sample``.
+        Show PyMC's progress bar, with the time left (``pm.sample``), or nutpie's (its direct
+        driver). The direct numpyro driver reports its progress and the time left as
+        ``hierbandit.progress`` log records whatever this says (the command renders them).
+    driver : {"pymc", "direct"}
+        ``"pymc"`` runs ``pm.sample``; ``"direct"`` runs numpyro and nutpie through the package's
+        own drivers (other backends still go through ``pm.sample``). The direct numpyro driver
+        is the fastest on refits of logs of one shape (docs/decisions/bayes.md, B10).
     options : dict
-        Further keyword arguments for the backend: ``dense_mass`` and ``max_tree_depth`` for the
-        direct numpyro driver, anything ``pm.sample`` takes otherwise. Recorded in the
-        provenance of a fitted prior with the other settings. Read-only by convention.
+        Further keyword arguments for the backend: ``dense_mass`` and ``max_tree_depth`` under
+        these names for every route (translated for each backend), anything else ``pm.sample``
+        or its NUTS step takes. Recorded in the provenance of a fitted prior with the other
+        settings. Read-only by convention.
     """
 
     draws: int = 1000
@@ -89,9 +94,9 @@ class SamplerConfig:
     chains: int = 2
     target_accept: float = 0.9
     random_seed: int = 0
-    nuts_sampler: str = "numpyro"
-    progressbar: bool = False
-    driver: str = "direct"
+    nuts_sampler: str = "nutpie"
+    progressbar: bool = True
+    driver: str = "pymc"
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -125,10 +130,17 @@ class SamplerConfig:
             given["options"] = {**self.options, **given["options"]}
         return dataclasses.replace(self, **given) if given else self
 
+    def label(self) -> str:
+        """The route in words, for reports and progress lines: ``"nutpie through pm.sample"``,
+        ``"numpyro, the package's direct driver"``."""
+        if self.driver == "direct" and self.nuts_sampler in ("numpyro", "nutpie"):
+            return f"{self.nuts_sampler}, the package's direct driver"
+        return f"{self.nuts_sampler} through pm.sample"
+
     def record(self) -> dict[str, Any]:
         """The settings as provenance (JSON-serialisable when ``options`` are): draws, tune,
-        chains, target_accept, random_seed, nuts_sampler, the driver when not the default, then
-        the options; the progress bar is not recorded."""
+        chains, target_accept, random_seed, nuts_sampler, the driver when it is not
+        ``pm.sample``, then the options; the progress bar is not recorded."""
         out: dict[str, Any] = {
             "draws": self.draws,
             "tune": self.tune,
@@ -137,7 +149,7 @@ class SamplerConfig:
             "random_seed": self.random_seed,
             "nuts_sampler": self.nuts_sampler,
         }
-        if self.driver != "direct":
+        if self.driver != "pymc":
             out["driver"] = self.driver
         return out | self.options
 

@@ -1,18 +1,29 @@
 """One entry point for NUTS, whatever the backend.
 
-``nuts_sampler="numpyro"`` (default) runs numpyro's NUTS kernel directly on PyMC's JAX-compiled
-log-density: chains in parallel on host devices (see
-:func:`~hierbandit.bayes._devices.configure_host_devices`), jittered initial points checked with
-the same compiled function, warm-up and sampling of each chain as one compiled loop, and one
-vectorised, compiled map back to the constrained variables that are stored. That is the sampler
-``pm.sample(..., nuts_sampler="numpyro")`` uses, without the extra compilations of its
-general-purpose wrapper (about 15 s on the ebm synthetic setting, most of the run). The model's
-data containers (``pm.Data``) are *arguments* of the compiled programs, not constants, so the
-programs depend only on the shapes: with the on-disk compilation cache
-(:func:`~hierbandit.bayes._devices.configure_compilation_cache`) every later fit of a log of the
-same shape, in any process, skips compilation. The direct driver shows no progress bar.
-``driver="pymc"`` or any other ``nuts_sampler`` ("pymc", "nutpie", "blackjax", as installed)
-goes through ``pm.sample``.
+By default (``SamplerConfig()``) :func:`sample` calls ``pm.sample(nuts_sampler="nutpie")`` with
+the model compiled by JAX (log density and gradient; PyMC's default for nutpie, numba, takes
+minutes to compile these models) and PyMC's own progress bar, which shows the time left. Any
+other ``nuts_sampler`` ("numpyro", "pymc", "blackjax", as installed) goes through ``pm.sample``
+the same way. The NUTS settings reach ``pm.sample`` in ``nuts={...}``, under each backend's
+names (``max_tree_depth``, ``dense_mass``), and nutpie gets a thread per chain.
+
+``driver="direct"`` selects the package's own drivers:
+
+* numpyro's NUTS kernel run directly on PyMC's JAX-compiled log-density: chains in parallel on
+  host devices (:func:`~hierbandit.bayes._devices.configure_host_devices`), jittered initial
+  points, warm-up and draws as 20 calls of one compiled chunk of steps, and a map back to the
+  stored variables. The model's data containers (``pm.Data``) are *arguments* of the compiled
+  programs, not constants, so the programs depend only on the shapes: with the on-disk
+  compilation cache (:func:`~hierbandit.bayes._devices.configure_compilation_cache`) every later
+  fit of a log of the same shape, in any process, skips compilation. Between chunks it reports
+  progress and the time left as ``hierbandit.progress`` log records (``record.progress`` and
+  ``record.remaining``), which the command renders; it prints nothing.
+* nutpie's ``compile_pymc_model`` and ``sample`` (JAX backend) without ``pm.sample``.
+
+Every route returns an ArviZ ``DataTree`` with ``posterior`` (the model's ``trace_vars``, with
+its dims and coords) and ``sample_stats`` under ArviZ's names (``diverging``, ``lp``,
+``tree_depth``, ``energy``, ``step_size``, ``acceptance_rate``, ``n_steps``). Why the default is
+``pm.sample`` and what each route costs: docs/decisions/bayes.md, B10.
 
 The settings are one :class:`~hierbandit.bayes.sampler_config.SamplerConfig`. The first run of a
 process, before JAX starts, gives JAX one host device per core and the on-disk compilation cache
@@ -23,11 +34,13 @@ importing the package changes nothing (``docs/bayes.md``, The sampler).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
 import numpy as np
 import pymc as pm
+import xarray as xr
 
 from hierbandit.bayes._devices import configure_host_devices, configure_jax_once
 from hierbandit.bayes.sampler_config import (
@@ -116,18 +129,25 @@ def sample(
     driver: str | None = None,
     var_names: list[str] | None = None,
     **kwargs: Any,
-) -> Any:
-    """Run NUTS on ``model`` and return ArviZ InferenceData (posterior and sample stats).
+) -> xr.DataTree:
+    """Run NUTS on ``model`` and return an ArviZ ``DataTree`` (``posterior``, ``sample_stats``).
 
     ``sampler`` holds the settings (default ``SamplerConfig()``: 2 chains × 1,000 draws after
-    1,000 tuning steps, ``target_accept=0.9``, seed 0, numpyro, direct driver); ``draws``,
-    ``tune``, ``chains``, ``target_accept``, ``random_seed``, ``nuts_sampler``, ``progressbar``
-    and ``driver`` replace its fields when given. ``var_names`` (default: the model's
-    ``hb_meta["trace_vars"]`` if it has one) selects the stored variables. ``progressbar``
-    applies to ``pm.sample`` and nutpie (the direct numpyro driver runs each chain as one compiled
-    loop and shows none). ``kwargs`` join the configuration's ``options``: they go to
-    ``pm.sample`` (``driver="pymc"``) or, with the direct numpyro driver, ``dense_mass`` and
-    ``max_tree_depth`` to numpyro's NUTS.
+    1,000 tuning steps, ``target_accept=0.9``, seed 0, ``pm.sample`` with nutpie and PyMC's
+    progress bar); ``draws``, ``tune``, ``chains``, ``target_accept``, ``random_seed``,
+    ``nuts_sampler``, ``progressbar`` and ``driver`` replace its fields when given.
+    ``var_names`` (default: the model's ``hb_meta["trace_vars"]`` if it has one) selects the
+    stored variables. ``kwargs`` join the configuration's ``options``: ``pm.sample``'s own
+    arguments go to it (``cores``, ``backend``, ``compile_kwargs``, ``idata_kwargs``…) and the
+    others to its NUTS step (``nuts={...}``), with ``max_tree_depth`` and ``dense_mass``
+    translated for each backend; the direct numpyro driver takes ``dense_mass`` and
+    ``max_tree_depth``, the direct nutpie driver nutpie's ``sample`` arguments.
+
+    Every route stores the same posterior variables, dims and coords, and the statistics
+    ``diverging``, ``lp``, ``tree_depth``, ``energy``, ``step_size``, ``acceptance_rate`` and
+    ``n_steps`` (nutpie's own names are renamed; statistics held as Python objects, which
+    netCDF cannot store, are dropped). ``pm.sample`` adds ``observed_data`` and
+    ``constant_data``.
     """
     cfg = resolve_sampler(
         sampler,
@@ -215,10 +235,11 @@ def _pm_sample_options(options: dict[str, Any], nuts_sampler: str, chains: int) 
 
     ``pm.sample`` takes the NUTS settings of every backend in ``nuts={...}``; the portable names
     of the direct driver are translated: ``max_tree_depth`` (``max_treedepth`` for PyMC's NUTS
-    and nutpie) and ``dense_mass`` (PyMC's ``init="jitter+adapt_full"``, nutpie's low-rank
-    modified mass matrix). With fewer JAX host devices than chains, numpyro's chains run
-    vectorised. The end-of-sampling convergence checks are off unless asked for
-    (:func:`hierbandit.bayes.diagnose` runs them with named thresholds).
+    and nutpie) and ``dense_mass`` (PyMC's ``init="jitter+adapt_full"``, nutpie's
+    ``adaptation="low_rank"``). With fewer JAX host devices than chains, numpyro's chains run
+    vectorised. nutpie compiles with JAX (``backend="jax"``, JAX's gradient) unless a backend
+    is given, and a thread per chain. The end-of-sampling convergence checks are off unless
+    asked for (:func:`hierbandit.bayes.diagnose` runs them with named thresholds).
     """
     out = {k: v for k, v in options.items() if k in _PM_SAMPLE_ARGS}
     nuts = dict(out.pop("nuts", None) or {})
@@ -230,14 +251,28 @@ def _pm_sample_options(options: dict[str, Any], nuts_sampler: str, chains: int) 
             out.setdefault("init", "jitter+adapt_full")
     elif nuts_sampler == "nutpie" and "dense_mass" in nuts:
         if nuts.pop("dense_mass"):
-            nuts.setdefault("low_rank_modified_mass_matrix", True)
+            nuts.setdefault("adaptation", "low_rank")
     elif nuts_sampler == "numpyro":
         import jax
 
         if jax.local_device_count() < chains:
             nuts.setdefault("chain_method", "vectorized")
+    if nuts_sampler == "nutpie":
+        # JAX for the log density and its gradient unless a backend is chosen: PyMC's default
+        # for nutpie (numba) compiles the collapsed model for minutes (B10)
+        compile_kwargs = dict(out.get("compile_kwargs") or {})
+        if "backend" not in out and "mode" not in compile_kwargs:
+            out["backend"] = "jax"
+        if out.get("backend") == "jax" or compile_kwargs.get("mode") == "JAX":
+            compile_kwargs.setdefault("gradient_backend", "jax")
+            out["compile_kwargs"] = compile_kwargs
     if nuts:
         out["nuts"] = nuts
+    if nuts_sampler == "nutpie":
+        # a thread per chain: ``pm.sample`` counts half the logical CPUs as cores (one on 2-core
+        # machines) and would run nutpie's chains one after the other. PyMC's own NUTS keeps
+        # ``pm.sample``'s choice: its parallel chains are forked processes, unsafe once JAX runs.
+        out.setdefault("cores", min(chains, os.cpu_count() or 1))
     out.setdefault("compute_convergence_checks", False)
     return out
 
@@ -497,9 +532,14 @@ def _sample_nutpie(
 ) -> Any:
     """nutpie's NUTS (Rust, chains in parallel threads) on the model compiled with JAX by default:
     its numba backend takes minutes to compile these models (measured: 102 s for the collapsed
-    ebm-synthetic model against 2.7 s with JAX)."""
+    ebm-synthetic model against 2.7 s with JAX). The portable ``dense_mass`` and
+    ``max_tree_depth`` become nutpie's ``adaptation="low_rank"`` and ``maxdepth``."""
     import nutpie
 
+    if kwargs.pop("dense_mass", False):
+        kwargs.setdefault("adaptation", "low_rank")
+    if "max_tree_depth" in kwargs:
+        kwargs.setdefault("maxdepth", kwargs.pop("max_tree_depth"))
     start = time.perf_counter()
     compiled = nutpie.compile_pymc_model(
         model,

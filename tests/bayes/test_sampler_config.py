@@ -22,18 +22,19 @@ def test_defaults_and_normalised_values():
         0.9,
         0,
     )
+    # pm.sample with nutpie and PyMC's progress bar (docs/decisions/bayes.md, B10)
     assert (cfg.nuts_sampler, cfg.progressbar, cfg.driver, cfg.options) == (
-        "numpyro",
-        False,
-        "direct",
+        "nutpie",
+        True,
+        "pymc",
         {},
     )
-    cfg = SamplerConfig(draws=np.int64(10), target_accept=np.float32(0.5), progressbar=np.True_)
+    cfg = SamplerConfig(draws=np.int64(10), target_accept=np.float32(0.5), progressbar=np.False_)
     assert type(cfg.draws) is int and type(cfg.target_accept) is float
-    assert cfg.progressbar is True
+    assert cfg.progressbar is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.draws = 3  # type: ignore[misc]
-    assert "numpyro" in available_samplers()
+    assert {"numpyro", "nutpie"} <= set(available_samplers())
 
 
 @pytest.mark.parametrize(
@@ -72,11 +73,11 @@ def test_override_resolve_and_record():
     with pytest.raises(ValueError, match="tune must be >= 0"):
         base.override(tune=-2)
     # the default when no sampler is given; keywords and **kwargs routed to fields or options
-    cfg = resolve_sampler(None, base, extra={"driver": "pymc", "cores": 1}, tune=7, chains=None)
+    cfg = resolve_sampler(None, base, extra={"driver": "direct", "cores": 1}, tune=7, chains=None)
     assert (cfg.tune, cfg.chains, cfg.driver, cfg.options) == (
         7,
         4,
-        "pymc",
+        "direct",
         {"max_tree_depth": 8, "cores": 1},
     )
     mine = SamplerConfig(draws=20)
@@ -93,9 +94,9 @@ def test_override_resolve_and_record():
         "chains": 2,
         "target_accept": 0.9,
         "random_seed": 3,
-        "nuts_sampler": "numpyro",
+        "nuts_sampler": "nutpie",
     }
-    rec = SamplerConfig(driver="pymc", options={"cores": 1}, progressbar=True).record()
+    rec = SamplerConfig(driver="direct", options={"cores": 1}, progressbar=False).record()
     assert list(rec)[-2:] == ["driver", "cores"] and "progressbar" not in rec
 
 
@@ -164,44 +165,43 @@ def test_fit_prior_takes_a_config_and_keywords(seen):
 
 
 def test_sample_passes_the_configuration_to_the_driver(monkeypatch):
-    """Defaults and overrides reach the direct driver and ``pm.sample`` unchanged."""
+    """Defaults and overrides reach ``pm.sample`` and the direct driver unchanged."""
+    import jax
     import pymc as pm
 
     got = {}
-
-    def driver(model, **kwargs):
-        got.update(kwargs)
-        return "idata"
-
-    monkeypatch.setattr(sampling, "_sample_numpyro", driver)
-    monkeypatch.setattr(sampling, "configure_jax_once", lambda: None)
-    with pm.Model() as model:
-        pm.Normal("x")
-    assert sampling.sample(model) == "idata"
-    assert got == {
-        "draws": 1000,
-        "tune": 1000,
-        "chains": 2,
-        "target_accept": 0.9,
-        "random_seed": 0,
-        "progressbar": False,
-        "var_names": None,
-    }
-    got.clear()
-    sampling.sample(model, SamplerConfig(chains=3), draws=5, dense_mass=True)
-    assert got["chains"] == 3 and got["draws"] == 5 and got["dense_mass"] is True
 
     def fake_pm_sample(**kwargs):
         got.update(kwargs)
         return "pm-idata"
 
     monkeypatch.setattr(pm, "sample", fake_pm_sample)
-    got.clear()
     monkeypatch.setattr(sampling, "_tidy", lambda idata, var_names: idata)
-    import jax
-
+    monkeypatch.setattr(sampling, "configure_jax_once", lambda: None)
     monkeypatch.setattr(jax, "local_device_count", lambda: 2)  # a device per chain
-    assert sampling.sample(model, driver="pymc", var_names=["x"], cores=1) == "pm-idata"
+    with pm.Model() as model:
+        pm.Normal("x")
+    # the default: pm.sample with nutpie compiled by JAX, a thread per chain, PyMC's progress bar
+    assert sampling.sample(model) == "pm-idata"
+    assert got == {
+        "draws": 1000,
+        "tune": 1000,
+        "chains": 2,
+        "target_accept": 0.9,
+        "random_seed": 0,
+        "nuts_sampler": "nutpie",
+        "progressbar": True,
+        "backend": "jax",
+        "compile_kwargs": {"gradient_backend": "jax"},
+        "cores": 2,
+        "compute_convergence_checks": False,
+    }
+    got.clear()  # a backend the user chose is kept
+    sampling.sample(model, backend="numba", var_names=["x"], cores=1)
+    assert got["backend"] == "numba" and "compile_kwargs" not in got
+    assert got["var_names"] == ["x"] and got["cores"] == 1
+    got.clear()
+    sampling.sample(model, nuts_sampler="numpyro", progressbar=False)
     assert got == {
         "draws": 1000,
         "tune": 1000,
@@ -210,20 +210,41 @@ def test_sample_passes_the_configuration_to_the_driver(monkeypatch):
         "random_seed": 0,
         "nuts_sampler": "numpyro",
         "progressbar": False,
-        "var_names": ["x"],
-        "cores": 1,
         "compute_convergence_checks": False,
     }
     # NUTS settings go to ``nuts={...}``, under each backend's name
     got.clear()
-    sampling.sample(
-        model, driver="pymc", nuts_sampler="pymc", max_tree_depth=8, dense_mass=True, cores=1
-    )
+    sampling.sample(model, nuts_sampler="pymc", max_tree_depth=8, dense_mass=True, cores=1)
     assert got["nuts"] == {"max_treedepth": 8} and got["init"] == "jitter+adapt_full"
     assert got["cores"] == 1
+    got.clear()  # PyMC's own NUTS keeps pm.sample's choice of cores (processes)
+    sampling.sample(model, nuts_sampler="pymc")
+    assert "cores" not in got
     got.clear()
-    sampling.sample(model, driver="pymc", nuts_sampler="nutpie", dense_mass=True, step_scale=0.5)
-    assert got["nuts"] == {"low_rank_modified_mass_matrix": True, "step_scale": 0.5}
+    sampling.sample(model, dense_mass=True, step_scale=0.5)
+    assert got["nuts"] == {"adaptation": "low_rank", "step_scale": 0.5}
     got.clear()  # numpyro with fewer devices than chains: vectorised chains
-    sampling.sample(model, driver="pymc", chains=3)
+    sampling.sample(model, nuts_sampler="numpyro", chains=3)
     assert got["nuts"] == {"chain_method": "vectorized"}
+
+    # the direct drivers
+    def driver(model, **kwargs):
+        got.update(kwargs)
+        return "idata"
+
+    monkeypatch.setattr(sampling, "_sample_numpyro", driver)
+    got.clear()
+    assert sampling.sample(model, driver="direct", nuts_sampler="numpyro") == "idata"
+    assert got == {
+        "draws": 1000,
+        "tune": 1000,
+        "chains": 2,
+        "target_accept": 0.9,
+        "random_seed": 0,
+        "progressbar": True,
+        "var_names": None,
+    }
+    got.clear()
+    cfg = SamplerConfig(chains=3, driver="direct", nuts_sampler="numpyro")
+    sampling.sample(model, cfg, draws=5, dense_mass=True)
+    assert got["chains"] == 3 and got["draws"] == 5 and got["dense_mass"] is True
