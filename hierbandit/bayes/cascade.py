@@ -337,6 +337,7 @@ def add_session_checks(idata: xr.DataTree, log: CascadeLog) -> xr.DataTree:
     ``row_session``, ``row_arm`` and ``row_position`` as coordinates (the contexts are not
     kept). ``log_likelihood``: ``click`` (chain, draw, session), :func:`session_loglik` at every
     draw of θ, so that ``az.loo`` leaves one session out and ``az.compare`` ranks fits of one log.
+    ``pm.sample``'s ``constant_data`` group is removed: the groups are the same on every route.
     """
     theta = idata["posterior"]["theta"].transpose("chain", "draw", "param")
     ll = session_loglik(log, theta.values)
@@ -362,6 +363,8 @@ def add_session_checks(idata: xr.DataTree, log: CascadeLog) -> xr.DataTree:
             },
         )
     )
+    if "constant_data" in idata.children:
+        del idata["constant_data"]
     return idata
 
 

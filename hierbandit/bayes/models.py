@@ -640,7 +640,9 @@ def add_model_checks(
       ``az.plot_ppc_dist(idata)`` compares it with the observed ``mean_reward``.
 
     The posterior must hold ``beta0``, ``Sigma`` and ``sigma`` (and ``beta`` for the predictive):
-    for a collapsed fit, call :func:`add_conditional_draws` first.
+    for a collapsed fit, call :func:`add_conditional_draws` first. A ``constant_data`` group
+    (``pm.sample``'s copy of the model's data containers) is removed, so that a fit holds the
+    same groups whichever sampler route drew it.
     """
     post = idata["posterior"]
     missing = [v for v in ("beta0", "Sigma", "sigma") if v not in post]
@@ -673,6 +675,8 @@ def add_model_checks(
     )
     observed = observed_cells(log)
     idata["observed_data"] = xr.DataTree(observed)
+    if "constant_data" in idata.children:
+        del idata["constant_data"]
     if posterior_predictive:
         beta = post["beta"].transpose(*order, "instance", "feature").values
         draws = cell_mean_predictive(

@@ -174,7 +174,7 @@ def test_mcmc_prior_records_the_settings(cascade_frame, monkeypatch):
         "tune": 5,
         "chains": 2,
         "random_seed": 0,
-        "sampler": "numpyro",
+        "sampler": SamplerConfig().nuts_sampler,
     }
     cfg = SamplerConfig(draws=10, tune=5, chains=2, target_accept=0.95)
     with pytest.warns(UserWarning, match="MCMC diagnostics"):

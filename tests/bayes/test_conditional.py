@@ -18,6 +18,7 @@ import scipy.stats as st
 
 from hierbandit.bayes import (
     ClosedFormComparison,
+    SamplerConfig,
     closed_form_posterior,
     compare_closed_form,
     conditional_model,
@@ -93,8 +94,28 @@ def test_tiny_comparison_agrees(tiny_comparison: ClosedFormComparison) -> None:
     assert res.max_abs_z <= 4.0
     assert res.diagnostics.ok, res.diagnostics.problems
     assert res.diagnostics.divergences == 0
-    assert res.settings["nuts_sampler"] == "numpyro"
+    assert res.settings["nuts_sampler"] == SamplerConfig().nuts_sampler  # the default route
+    assert res.idata["posterior"].attrs["inference_library"] == "nutpie"
     assert "ClosedFormComparison(" in repr(res)
+
+
+@pytest.mark.parametrize(
+    "route",
+    [
+        pytest.param({"nuts_sampler": "numpyro"}, id="pm-numpyro"),
+        pytest.param({"nuts_sampler": "numpyro", "driver": "direct"}, id="direct-numpyro"),
+    ],
+)
+def test_every_route_agrees_with_the_closed_form(route) -> None:
+    """``pm.sample`` with numpyro (the quickstart's route) and the direct driver, both with a
+    dense mass matrix translated for the backend, agree with the closed form."""
+    res = compare_closed_form(
+        _read(_tiny_frame()), _tiny_sigma(), SIGMA2, LAM, draws=1000, tune=500,
+        random_seed=5, progressbar=False, **route,
+    )  # fmt: skip
+    assert res.diagnostics.ok, res.diagnostics.problems
+    assert res.all_ok, res.worst()
+    assert res.settings["nuts_sampler"] == "numpyro"
 
 
 def test_table_has_one_row_per_parameter(tiny_comparison: ClosedFormComparison) -> None:
