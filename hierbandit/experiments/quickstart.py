@@ -5,7 +5,8 @@
 1. load the default historical log, real MovieLens ratings (:func:`hierbandit.data.movielens_log`:
    instance = user, arm = primary genre, reward = rating, context = intercept / time / weekend);
 2. fit the hierarchical prior by empirical Bayes (``"eb"``), type-II maximum likelihood
-   (``"ml"``) and full Bayes (``"mcmc"``: collapsed model, NUTS on numpyro), each saved as netCDF;
+   (``"ml"``) and full Bayes (``"mcmc"``: collapsed model, NUTS by the package's default route,
+   ``pm.sample`` with nutpie), each saved as netCDF;
 3. diagnose the MCMC fit in ArviZ (summary table, trace and forest plots);
 4. the hyperparameter view: EB and ML point estimates of every Σ_k entry and σ_k against the
    full-Bayes posterior mean and 94 % HDI, per arm (plot and table);
@@ -23,11 +24,14 @@
 The sampling-vs-closed-form step uses the centred parameterisation with a diagonal mass matrix:
 on this log every (user, genre) cell has dozens to hundreds of ratings, where the non-centred
 model is a narrow ridge (on the default log, 2 × 500 draws took about 1,100 s and did not
-converge) and a dense mass matrix over the 465 coefficients adapts too slowly (about 580 s);
-centred with a diagonal mass matrix takes 65–75 s for 2 × 1,000 draws (2 × 700 and 2 × 800
-failed the diagnostics below). Its diagnostics use a bulk/tail ESS threshold of 200 (instead of
-ArviZ's customary 400), enough for the Monte-Carlo standard errors the comparison is expressed
-in; the report states the thresholds and the values reached.
+converge) and a dense mass matrix over the 465 coefficients adapts too slowly (about 580 s;
+nutpie's low-rank adaptation took 286 s for 2 × 1,000 draws with a bulk ESS of 161). It runs on
+the package's direct numpyro driver, 2 chains × 2,000 draws after 1,000 tuning steps, checked
+with ArviZ's customary ESS threshold of 400. Measured seed by seed on this log
+(docs/decisions/bayes.md, B11): 2 × 1,000 draws left the run at the edge of the diagnostics
+(``pm.sample`` with numpyro failed them for 2 seeds of 3, nutpie for 3 of 3, the direct driver
+passed at a bulk ESS of 364 with one sd at |z| = 4.26), while 2 × 2,000 draws on the direct
+driver passed on each of the 3 seeds tried (bulk ESS 454–844, R-hat ≤ 1.006, max |z| 3.2–3.8).
 """
 
 from __future__ import annotations
@@ -85,14 +89,16 @@ DEFAULTS: dict[str, int] = {
     "horizon": 2000,
     "n_users": 30,
     "random_seed": 0,
-    "compare_draws": 1000,
+    "compare_draws": 2000,
     "compare_tune": 1000,
 }
 
 _log = logging.getLogger(__name__)
 
-#: ESS threshold of the sampling-vs-closed-form diagnostics (see the module docstring).
-COMPARE_ESS_MIN = 200.0
+#: ESS threshold of the sampling-vs-closed-form diagnostics (ArviZ's customary 400).
+COMPARE_ESS_MIN = 400.0
+#: the sampler route of the sampling-vs-closed-form step (see the module docstring)
+COMPARE_ROUTE = {"nuts_sampler": "numpyro", "driver": "direct"}
 #: Precision λ of the shared-mean prior in the sampling-vs-closed-form step.
 COMPARE_LAM = 1e-3
 _HDI_PROB = 0.94
@@ -336,7 +342,7 @@ def run_quickstart(
     out_dir
         Report folder (created if needed; files in it are overwritten).
     draws, tune, chains
-        NUTS settings of the full-Bayes fit (collapsed model, numpyro backend).
+        NUTS settings of the full-Bayes fit (collapsed model, the default sampler route).
     seeds, horizon
         Simulation replications and rounds per replication.
     n_users
@@ -362,7 +368,7 @@ def run_quickstart(
     for the full-Bayes fit and 70 s for sampling vs closed form); see the module docstring
     for the choices that keep it there.
     """
-    from hierbandit.bayes import compare_closed_form, diagnose, fit_prior
+    from hierbandit.bayes import SamplerConfig, compare_closed_form, diagnose, fit_prior
     from hierbandit.data import movielens_log, read_log
     from hierbandit.ebm import EbmTS, LinTS
     from hierbandit.experiments.plotting import plot_regret_panels
@@ -405,14 +411,14 @@ def run_quickstart(
         "eb": "Fitting the prior by empirical Bayes (eb)",
         "ml": "Fitting the prior by type-II maximum likelihood (ml)",
         "mcmc": (
-            f"Fitting the prior by full Bayes (mcmc: collapsed, numpyro NUTS, {chains} × "
+            f"Fitting the prior by full Bayes (mcmc: collapsed, {SamplerConfig().label()}, {chains} × "
             f"{draws} draws after {tune} tuning)"
         ),
     }
     for method in ("eb", "ml", "mcmc"):
         kwargs: dict[str, Any] = {"method": method, "random_seed": random_seed}
         if method == "mcmc":
-            kwargs.update(draws=draws, tune=tune, chains=chains, nuts_sampler="numpyro")
+            kwargs.update(draws=draws, tune=tune, chains=chains)
         key = f"fit_{method}"
         with steps.step(key, labels[method]):
             fits[method] = fit_prior(log, **kwargs)
@@ -457,11 +463,11 @@ def run_quickstart(
             tune=compare_tune,
             chains=chains,
             random_seed=random_seed,
-            nuts_sampler="numpyro",
             parameterization="centered",
             dense_mass=False,
             ess_min=COMPARE_ESS_MIN,
             warn=False,
+            **COMPARE_ROUTE,
         )
         files["closed_form_table"] = out / "closed-form.csv"
         cmp.table.to_csv(files["closed_form_table"])
@@ -540,6 +546,7 @@ def run_quickstart(
                 "random_seed": random_seed,
                 "compare_draws": compare_draws,
                 "compare_tune": compare_tune,
+                "sampler": SamplerConfig().label(),
             },
             "data": prov,
             "fits": {
@@ -712,7 +719,7 @@ def _report_markdown(
         "eb": "the ebm paper's empirical-Bayes estimators (20 iterations)",
         "ml": "type-II maximum likelihood, instance coefficients integrated out",
         "mcmc": (
-            f"full Bayes: collapsed model, numpyro NUTS, {st['chains']} chains × "
+            f"full Bayes: collapsed model, NUTS ({st['sampler']}), {st['chains']} chains × "
             f"{st['draws']} draws after {st['tune']} tuning; LKJ(η={hyper_cfg.get('lkj_eta', '?')}) "
             f"+ half-normal({hyper_cfg.get('sd_scale', '?')}) on Σ_k, half-normal"
             f"({hyper_cfg.get('noise_scale', '?')}) on σ_k, N(0, λ⁻¹I) on β_k0 with "
@@ -806,7 +813,7 @@ def _report_markdown(
         f"at the ML estimates (Σ_k, σ²_k) and λ = {COMPARE_LAM:g}: NUTS on the conditional PyMC "
         f"model ({s['chains']} chains × {s['draws']} draws after {s['tune']} tuning, "
         f"{s['parameterization']} parameterisation, "
-        f"{'dense' if s['dense_mass'] else 'diagonal'} mass matrix, {s['nuts_sampler']}) against "
+        f"{'dense' if s['dense_mass'] else 'diagonal'} mass matrix, {s['route']}) against "
         "the exact closed-form posterior (ebm eq. 4.1–4.3), parameter by parameter, in units of "
         "the Monte-Carlo standard error: z = (MCMC − closed form) / MCSE for every mean and "
         "standard deviation."

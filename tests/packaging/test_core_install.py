@@ -72,10 +72,12 @@ SCRIPT = textwrap.dedent(
             assert exc.extra == "bayes"
         else:
             raise AssertionError(stmt + " did not fail")
-    command = subprocess.run([str(venv / "bin" / "hierbandit"), "--help"],
-                             capture_output=True, text=True)
-    assert command.returncode == 1, command
-    assert "pip install 'hierbandit[experiments]'" in command.stderr, command.stderr
+    for command in ([str(venv / "bin" / "hierbandit"), "--help"],
+                    [sys.executable, "-m", "hierbandit.cli", "--help"]):
+        proc = subprocess.run(command, capture_output=True, text=True)
+        assert proc.returncode == 1, proc
+        assert "pip install 'hierbandit[experiments]'" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
     print("ok", sys.version.split()[0])
     """
 )
