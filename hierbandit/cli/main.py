@@ -47,31 +47,13 @@ def _show_version(value: bool) -> None:
     if not value:
         return
     import platform
-    from importlib.metadata import PackageNotFoundError, version
 
-    from hierbandit._version import __version__
-
-    def installed(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "not installed"
+    from hierbandit._version import __version__, library_versions
 
     typer.echo(f"hierbandit {__version__}")
-    libraries = (
-        "numpy",
-        "numba",
-        "xarray",
-        "pymc",
-        "pytensor",
-        "arviz",
-        "nutpie",
-        "numpyro",
-        "jax",
-    )
     typer.echo(
         f"Python {platform.python_version()}; "
-        + ", ".join(f"{name} {installed(name)}" for name in libraries)
+        + ", ".join(f"{name} {v or 'not installed'}" for name, v in library_versions().items())
     )
     raise typer.Exit()
 

