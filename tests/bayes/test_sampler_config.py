@@ -181,14 +181,11 @@ def test_sample_passes_the_configuration_to_the_driver(monkeypatch):
     monkeypatch.setattr(jax, "local_device_count", lambda: 2)  # a device per chain
     with pm.Model() as model:
         pm.Normal("x")
+    # SamplerConfig()'s run settings, on every route
+    run = {"draws": 1000, "tune": 1000, "chains": 2, "target_accept": 0.9, "random_seed": 0}
     # the default: pm.sample with nutpie compiled by JAX, a thread per chain, PyMC's progress bar
     assert sampling.sample(model) == "pm-idata"
-    assert got == {
-        "draws": 1000,
-        "tune": 1000,
-        "chains": 2,
-        "target_accept": 0.9,
-        "random_seed": 0,
+    assert got == run | {
         "nuts_sampler": "nutpie",
         "progressbar": True,
         "backend": "jax",
@@ -202,12 +199,7 @@ def test_sample_passes_the_configuration_to_the_driver(monkeypatch):
     assert got["var_names"] == ["x"] and got["cores"] == 1
     got.clear()
     sampling.sample(model, nuts_sampler="numpyro", progressbar=False)
-    assert got == {
-        "draws": 1000,
-        "tune": 1000,
-        "chains": 2,
-        "target_accept": 0.9,
-        "random_seed": 0,
+    assert got == run | {
         "nuts_sampler": "numpyro",
         "progressbar": False,
         "compute_convergence_checks": False,
@@ -235,16 +227,24 @@ def test_sample_passes_the_configuration_to_the_driver(monkeypatch):
     monkeypatch.setattr(sampling, "_sample_numpyro", driver)
     got.clear()
     assert sampling.sample(model, driver="direct", nuts_sampler="numpyro") == "idata"
-    assert got == {
-        "draws": 1000,
-        "tune": 1000,
-        "chains": 2,
-        "target_accept": 0.9,
-        "random_seed": 0,
-        "progressbar": True,
-        "var_names": None,
-    }
+    assert got == run | {"progressbar": True, "var_names": None}
     got.clear()
     cfg = SamplerConfig(chains=3, driver="direct", nuts_sampler="numpyro")
     sampling.sample(model, cfg, draws=5, dense_mass=True)
     assert got["chains"] == 3 and got["draws"] == 5 and got["dense_mass"] is True
+
+    # the direct nutpie driver: the portable names become nutpie's
+    import arviz as az
+    import nutpie
+
+    tree = az.from_dict(
+        {"posterior": {"x": np.zeros((2, 3))}, "sample_stats": {"lp": np.zeros((2, 3))}}
+    )
+    monkeypatch.setattr(nutpie, "compile_pymc_model", lambda model, **kw: got.update(kw))
+    monkeypatch.setattr(nutpie, "sample", lambda compiled, **kw: got.update(kw) or tree)
+    got.clear()
+    assert sampling.sample(model, driver="direct", dense_mass=True, max_tree_depth=7) is tree
+    assert got["backend"] == "jax" and got["gradient_backend"] == "jax"
+    assert got["adaptation"] == "low_rank" and got["maxdepth"] == 7
+    assert "dense_mass" not in got and "max_tree_depth" not in got
+    assert got["seed"] == 0 and got["draws"] == 1000 and got["progress_bar"] is True
