@@ -46,6 +46,19 @@ def test_collapsed_potential_is_the_exact_marginal_likelihood(small_log, algebra
         assert got == pytest.approx(want, rel=1e-9)
 
 
+def test_the_default_algebra_is_unrolled_for_small_d(small_log):
+    """``algebra="auto"`` (the default) unrolls the d×d algebra up to d = 8 and batches it
+    above (docs/decisions/bayes.md, B12)."""
+    from hierbandit.bayes._batched import UNROLL_MAX
+
+    assert collapsed_model(small_log).hb_meta["algebra"] == "soa"
+    wide = read_log(
+        synthetic_log(n_instances=3, n_arms=1, n_features=UNROLL_MAX + 1, rows=60, seed=1)
+    )
+    assert collapsed_model(wide).hb_meta["algebra"] == "batched"
+    assert collapsed_model(wide, algebra="soa").hb_meta["algebra"] == "soa"
+
+
 def test_collapsed_with_sampled_shared_mean_is_the_marginal_likelihood(small_log):
     model = collapsed_model(small_log, collapse_shared_mean=False)
     pot = model.compile_logp(vars=model.potentials, jacobian=False)
