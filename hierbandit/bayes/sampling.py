@@ -42,6 +42,7 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
+from hierbandit._progress import PROGRESS_LOGGER, ProgressTask  # noqa: F401 (listeners' logger)
 from hierbandit.bayes._devices import configure_host_devices, configure_jax_once
 from hierbandit.bayes.sampler_config import (
     NUTS_SAMPLERS,
@@ -60,59 +61,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: the logger of progress records (``record.progress = (done, total, label)``), as everywhere in
-#: the package; the direct numpyro driver adds ``record.remaining`` (seconds, or ``None``)
-PROGRESS_LOGGER = "hierbandit.progress"
 #: how many calls the direct numpyro driver splits warm-up and draws into, to report progress
 PROGRESS_CHUNKS = 20
-_progress_logger = logging.getLogger(PROGRESS_LOGGER)
-
-
-class _Progress:
-    """Progress of the direct driver's chains as ``hierbandit.progress`` records: steps done per
-    chain of ``total``, and an estimate of the time left (``record.remaining``, in seconds).
-
-    The estimate is the rate of the steps since the first chunk (whose time includes compiling
-    the program) applied to the steps left; before there is such a rate it is ``None``. Warm-up
-    steps are usually the slowest, so early estimates err long.
-    """
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.done = label, total, 0
-        self._first: tuple[int, float] | None = None
-
-    def _report(self, remaining: float | None) -> None:
-        if not _progress_logger.isEnabledFor(logging.DEBUG):
-            return
-        left = "estimating the time left" if remaining is None else f"about {remaining:.0f} s left"
-        _progress_logger.debug(
-            "%s: %d/%d steps per chain, %s",
-            self.label,
-            self.done,
-            self.total,
-            left,
-            extra={"progress": (self.done, self.total, self.label), "remaining": remaining},
-        )
-
-    def __enter__(self) -> _Progress:
-        self._report(None)
-        return self
-
-    def advance(self, steps: int) -> None:
-        self.done = min(self.done + steps, self.total)
-        now = time.perf_counter()
-        remaining = None
-        if self._first is None:
-            self._first = (self.done, now)
-        else:
-            done0, t0 = self._first
-            remaining = (now - t0) / (self.done - done0) * (self.total - self.done)
-        if self.done < self.total:
-            self._report(remaining)
-
-    def __exit__(self, *exc: object) -> None:
-        self.done = self.total
-        self._report(0.0)
 
 
 def sample(
@@ -234,8 +184,8 @@ def _pm_sample_options(options: dict[str, Any], nuts_sampler: str, chains: int) 
     """``pm.sample``'s keyword arguments from the configuration's options.
 
     ``pm.sample`` takes the NUTS settings of every backend in ``nuts={...}``; the portable names
-    of the direct driver are translated: ``max_tree_depth`` (``max_treedepth`` for PyMC's NUTS
-    and nutpie) and ``dense_mass`` (PyMC's ``init="jitter+adapt_full"``, nutpie's
+    of the direct driver are translated: ``max_tree_depth`` (PyMC's ``max_treedepth``, nutpie's
+    ``maxdepth``) and ``dense_mass`` (PyMC's ``init="jitter+adapt_full"``, nutpie's
     ``adaptation="low_rank"``). With fewer JAX host devices than chains, numpyro's chains run
     vectorised. nutpie compiles with JAX (``backend="jax"``, JAX's gradient) unless a backend
     is given, and a thread per chain. The end-of-sampling convergence checks are off unless
@@ -244,20 +194,13 @@ def _pm_sample_options(options: dict[str, Any], nuts_sampler: str, chains: int) 
     out = {k: v for k, v in options.items() if k in _PM_SAMPLE_ARGS}
     nuts = dict(out.pop("nuts", None) or {})
     nuts.update({k: v for k, v in options.items() if k not in _PM_SAMPLE_ARGS})
-    if nuts_sampler in ("pymc", "nutpie") and "max_tree_depth" in nuts:
-        nuts.setdefault("max_treedepth", nuts.pop("max_tree_depth"))
-    if nuts_sampler == "pymc" and "dense_mass" in nuts:
-        if nuts.pop("dense_mass"):
+    if nuts_sampler == "pymc":
+        if "max_tree_depth" in nuts:
+            nuts.setdefault("max_treedepth", nuts.pop("max_tree_depth"))
+        if nuts.pop("dense_mass", False):
             out.setdefault("init", "jitter+adapt_full")
-    elif nuts_sampler == "nutpie" and "dense_mass" in nuts:
-        if nuts.pop("dense_mass"):
-            nuts.setdefault("adaptation", "low_rank")
-    elif nuts_sampler == "numpyro":
-        import jax
-
-        if jax.local_device_count() < chains:
-            nuts.setdefault("chain_method", "vectorized")
-    if nuts_sampler == "nutpie":
+    elif nuts_sampler == "nutpie":
+        _nutpie_names(nuts)
         # JAX for the log density and its gradient unless a backend is chosen: PyMC's default
         # for nutpie (numba) compiles the collapsed model for minutes (B10)
         compile_kwargs = dict(out.get("compile_kwargs") or {})
@@ -266,15 +209,28 @@ def _pm_sample_options(options: dict[str, Any], nuts_sampler: str, chains: int) 
         if out.get("backend") == "jax" or compile_kwargs.get("mode") == "JAX":
             compile_kwargs.setdefault("gradient_backend", "jax")
             out["compile_kwargs"] = compile_kwargs
-    if nuts:
-        out["nuts"] = nuts
-    if nuts_sampler == "nutpie":
         # a thread per chain: ``pm.sample`` counts half the logical CPUs as cores (one on 2-core
         # machines) and would run nutpie's chains one after the other. PyMC's own NUTS keeps
         # ``pm.sample``'s choice: its parallel chains are forked processes, unsafe once JAX runs.
         out.setdefault("cores", min(chains, os.cpu_count() or 1))
+    elif nuts_sampler == "numpyro":
+        import jax
+
+        if jax.local_device_count() < chains:
+            nuts.setdefault("chain_method", "vectorized")
+    if nuts:
+        out["nuts"] = nuts
     out.setdefault("compute_convergence_checks", False)
     return out
+
+
+def _nutpie_names(options: dict[str, Any]) -> None:
+    """The portable ``dense_mass`` and ``max_tree_depth`` under nutpie's names, in place:
+    ``adaptation="low_rank"`` and ``maxdepth`` (on both nutpie routes)."""
+    if options.pop("dense_mass", False):
+        options.setdefault("adaptation", "low_rank")
+    if "max_tree_depth" in options:
+        options.setdefault("maxdepth", options.pop("max_tree_depth"))
 
 
 #: sample statistics under ArviZ's names (nutpie's ``depth``, ``logp``, ``mean_tree_accept``)
@@ -444,7 +400,8 @@ def _sample_numpyro(
         starter = jax.jit(jax.vmap(start_chain, in_axes=(0, 0, None, None)))
         advancer = jax.jit(jax.vmap(advance_chain, in_axes=(0, 0, 0, None, None)))
     chunks = []
-    with _Progress(f"NUTS, {chains} chain{'s' * (chains > 1)}", total) as progress:
+    label = f"NUTS, {chains} chain{'s' * (chains > 1)}, steps per chain"
+    with ProgressTask(label, total) as progress:
         state = starter(chain_ids, init_params, data, inverse_mass)
         while progress.done < total:
             state, chunk = advancer(state, chain_ids, init_params, data, inverse_mass)
@@ -536,10 +493,7 @@ def _sample_nutpie(
     ``max_tree_depth`` become nutpie's ``adaptation="low_rank"`` and ``maxdepth``."""
     import nutpie
 
-    if kwargs.pop("dense_mass", False):
-        kwargs.setdefault("adaptation", "low_rank")
-    if "max_tree_depth" in kwargs:
-        kwargs.setdefault("maxdepth", kwargs.pop("max_tree_depth"))
+    _nutpie_names(kwargs)
     start = time.perf_counter()
     compiled = nutpie.compile_pymc_model(
         model,
