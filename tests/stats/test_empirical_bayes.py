@@ -243,7 +243,7 @@ def test_psd_project_floor_and_identity_above_floor():
 # ----------------------------------------------------------------------------- Bickel–Levina
 
 
-@pytest.mark.parametrize("n", [4, 5, 10, 37, 120])
+@pytest.mark.parametrize("n", [4, 5, 10, 37, 120, 2500])
 @pytest.mark.parametrize(("normalization", "diag"), [("n-1", False), ("n", True), ("none", False)])
 def test_bickel_levina_matches_reference(n, normalization, diag):
     rng = np.random.default_rng(100 + n)
