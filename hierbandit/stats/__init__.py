@@ -15,6 +15,7 @@ from hierbandit.stats.empirical_bayes import (
 from hierbandit.stats.hierarchical import (
     HierarchicalPosterior,
     IncrementalHierarchicalPosterior,
+    conditional_draws,
     hierarchical_posterior,
     posterior_cross_covariances,
     posterior_given_hyper,
@@ -45,6 +46,7 @@ __all__ = [
     "SuffStats",
     "bickel_levina_threshold",
     "collapsed_loglik",
+    "conditional_draws",
     "empirical_bayes",
     "estimate_Sigma",
     "estimate_sigma2",

@@ -24,10 +24,12 @@ import xarray as xr
 from hierbandit._validation import check_covariance, check_index, check_scalar, check_vector
 from hierbandit.stats import kernels as K
 from hierbandit.stats.suffstats import suffstats
+from hierbandit.stats.threads import over_threads
 
 __all__ = [
     "HierarchicalPosterior",
     "IncrementalHierarchicalPosterior",
+    "conditional_draws",
     "hierarchical_posterior",
     "posterior_cross_covariances",
     "posterior_given_hyper",
@@ -213,6 +215,90 @@ def hierarchical_posterior(
     Sigma, sigma2, lam = _check_hyper(Sigma, sigma2, lam, stats.b.shape[1])
     post = _posterior_from_stats(stats.G, stats.b, Sigma, sigma2, lam)
     return post.to_dataset(sigma2=sigma2, lam=lam)
+
+
+def conditional_draws(
+    G: np.ndarray,
+    b: np.ndarray,
+    Sigma: np.ndarray,
+    sigma2: np.ndarray,
+    lam: float,
+    z0: np.ndarray,
+    Z: np.ndarray,
+    beta0: np.ndarray | None = None,
+    *,
+    threads: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact draws of every arm's shared and instance coefficients, one per hyperparameter draw.
+
+    For draw s and arm k, given Σ = ``Sigma[s, k]`` and σ² = ``sigma2[s, k]``: β₀ ~ N(β̂₀, Φ)
+    (§4.1 step 2; or ``beta0[s, k]`` when given, e.g. sampled by NUTS) and then
+    β_j | β₀ ~ N(A_jβ₀ + C̃_jb_j, σ²C̃_j) (eq. 4.1) for every instance j, with the standard normal
+    variates ``z0[s, k]`` and ``Z[s, k, j]`` (:func:`hierbandit.stats.kernels.conditional_draws`).
+
+    The draws are independent, so they are split over ``threads`` threads (default: the cores
+    this process may use); the result does not depend on the number of threads. The cost is
+    one d×d factorisation per draw, arm and instance: about 0.5 µs each for d = 3, so 2,000 draws
+    of 5 arms × 10,000 instances take about 50 s on one core.
+
+    Parameters
+    ----------
+    G, b
+        Sufficient statistics (K, N, d, d) and (K, N, d).
+    Sigma, sigma2
+        Hyperparameter draws (S, K, d, d) and (S, K).
+    lam
+        Precision of the shared mean's N(0, λ⁻¹I) prior.
+    z0, Z
+        Standard normal variates (S, K, d) and (S, K, N, d).
+    beta0
+        Draws (S, K, d) of the shared mean to condition on instead of drawing it.
+    threads
+        Number of threads.
+
+    Returns
+    -------
+    beta0, beta
+        Arrays (S, K, d) and (S, K, N, d).
+    """
+    G = np.ascontiguousarray(G, dtype=float)
+    b = np.ascontiguousarray(b, dtype=float)
+    Kn, N, d = b.shape
+    S = int(np.shape(sigma2)[0])
+    shapes = {"Sigma": (S, Kn, d, d), "sigma2": (S, Kn), "z0": (S, Kn, d), "Z": (S, Kn, N, d)}
+    if beta0 is not None:
+        shapes["beta0"] = (S, Kn, d)
+    given = {"Sigma": Sigma, "sigma2": sigma2, "z0": z0, "Z": Z, "beta0": beta0}
+    arr = {}
+    for name, shape in shapes.items():
+        a = np.ascontiguousarray(given[name], dtype=float)
+        if a.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+        arr[name] = a[None]  # the kernel's (chain, draw) axes, as one chain
+    have_beta0 = beta0 is not None
+    b0_in = arr["beta0"] if have_beta0 else np.zeros((1, S, Kn, d))
+    P0, h0 = shared_prior_arrays(check_scalar(lam, "lam", low=0.0), d)
+    beta0_out = np.empty((1, S, Kn, d))
+    beta_out = np.empty((1, S, Kn, N, d))
+
+    def work(lo: int, hi: int) -> None:
+        K.conditional_draws(
+            G,
+            b,
+            arr["Sigma"][:, lo:hi],
+            arr["sigma2"][:, lo:hi],
+            P0,
+            h0,
+            b0_in[:, lo:hi],
+            have_beta0,
+            arr["z0"][:, lo:hi],
+            arr["Z"][:, lo:hi],
+            beta0_out[:, lo:hi],
+            beta_out[:, lo:hi],
+        )
+
+    over_threads(work, S, threads)
+    return beta0_out[0], beta_out[0]
 
 
 def posterior_cross_covariances(post: HierarchicalPosterior) -> tuple[np.ndarray, np.ndarray]:

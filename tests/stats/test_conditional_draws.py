@@ -1,0 +1,125 @@
+"""Exact conditional draws of the shared and instance coefficients given hyperparameter draws
+(the second half of a collapsed full-Bayes fit), split over threads.
+
+References: the closed-form joint posterior of one arm (``posterior_given_hyper`` and
+``posterior_cross_covariances``, themselves tested against the brute-force joint Gaussian in
+``test_hierarchical_exact.py``): with the hyperparameters fixed, the draws must have its means
+and its covariances, cross-covariances included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hierbandit.stats import posterior_cross_covariances, posterior_given_hyper, suffstats
+from hierbandit.stats.hierarchical import conditional_draws
+from hierbandit.stats.threads import available_threads, over_threads
+
+
+def _stats(rng, K=2, N=4, d=2, sizes=(0, 1, 3, 8)):
+    G = np.empty((K, N, d, d))
+    b = np.empty((K, N, d))
+    for k in range(K):
+        inst = np.repeat(np.arange(N), sizes)
+        X = np.column_stack([np.ones(inst.size), rng.normal(size=(inst.size, d - 1))])
+        y = X @ np.array([1.0, -0.5][:d]) + rng.normal(size=inst.size)
+        s = suffstats(X, y, inst, N)
+        G[k], b[k] = s.G, s.b
+    return G, b
+
+
+def _hyper(S, K, d):
+    Sigma = np.empty((S, K, d, d))
+    Sigma[:] = np.array([[0.8, 0.3], [0.3, 0.5]])[:d, :d]
+    Sigma[:, 1] *= 2.0
+    sig2 = np.empty((S, K))
+    sig2[:, 0], sig2[:, 1] = 0.7, 1.3
+    return Sigma, sig2
+
+
+def test_the_draws_do_not_depend_on_the_number_of_threads(rng):
+    G, b = _stats(rng)
+    K, N, d = b.shape
+    S = 37
+    Sigma, sig2 = _hyper(S, K, d)
+    Sigma = Sigma * rng.uniform(0.5, 2.0, size=(S, K, 1, 1))  # a different Σ per draw
+    z0, Z = rng.standard_normal((S, K, d)), rng.standard_normal((S, K, N, d))
+    ref = conditional_draws(G, b, Sigma, sig2, 0.01, z0, Z, threads=1)
+    for threads in (2, 3, 8, 64):
+        got = conditional_draws(G, b, Sigma, sig2, 0.01, z0, Z, threads=threads)
+        np.testing.assert_array_equal(got[0], ref[0])
+        np.testing.assert_array_equal(got[1], ref[1])
+    given = conditional_draws(G, b, Sigma, sig2, 0.01, z0, Z, ref[0], threads=3)
+    np.testing.assert_array_equal(given[0], ref[0])  # β₀ passed through
+    np.testing.assert_array_equal(given[1], ref[1])  # and β_j | β₀ the same
+
+
+def test_the_draws_have_the_closed_form_joint_posterior(rng):
+    """Fixed hyperparameters: the draws' means and covariances (β₀ with each β_j, and between
+    instances) are the closed form's, within Monte-Carlo error."""
+    G, b = _stats(rng)
+    K, N, d = b.shape
+    S, lam = 20_000, 0.05
+    Sigma, sig2 = _hyper(S, K, d)
+    gen = np.random.default_rng(5)
+    beta0, beta = conditional_draws(
+        G, b, Sigma, sig2, lam, gen.standard_normal((S, K, d)), gen.standard_normal((S, K, N, d))
+    )
+    for k in range(K):
+        post = posterior_given_hyper(G[k], b[k], Sigma[0, k], sig2[0, k], lam)
+        with_shared, between = posterior_cross_covariances(post)
+        joint = np.concatenate([beta0[:, k], beta[:, k].reshape(S, N * d)], axis=1)
+        mean = np.concatenate([post.shared_mean, post.mean.ravel()])
+        cov = np.zeros((d * (N + 1), d * (N + 1)))
+        cov[:d, :d] = post.shared_cov
+        cov[d:, :d] = with_shared.reshape(N * d, d)
+        cov[:d, d:] = cov[d:, :d].T
+        cov[d:, d:] = between.transpose(0, 2, 1, 3).reshape(N * d, N * d)
+        sd = np.sqrt(np.diag(cov))
+        z = (joint.mean(axis=0) - mean) / (sd / np.sqrt(S))
+        assert np.max(np.abs(z)) < 4.5
+        # correlations to within 4.5 standard errors of a sample correlation (about 1/sqrt(S))
+        corr_err = np.corrcoef(joint.T) - cov / np.outer(sd, sd)
+        assert np.max(np.abs(corr_err)) < 4.5 / np.sqrt(S) * 1.5
+        var_ratio = joint.var(axis=0, ddof=1) / np.diag(cov)
+        assert np.max(np.abs(var_ratio - 1)) < 4.5 * np.sqrt(2 / S)
+
+
+def test_shapes_are_checked_naming_the_argument(rng):
+    G, b = _stats(rng)
+    K, N, d = b.shape
+    Sigma, sig2 = _hyper(3, K, d)
+    z0, Z = np.zeros((3, K, d)), np.zeros((3, K, N, d))
+    with pytest.raises(ValueError, match="Z must have shape"):
+        conditional_draws(G, b, Sigma, sig2, 1.0, z0, Z[:, :, :2])
+    with pytest.raises(ValueError, match="beta0 must have shape"):
+        conditional_draws(G, b, Sigma, sig2, 1.0, z0, Z, np.zeros((3, K)))
+    with pytest.raises(ValueError, match="lam"):
+        conditional_draws(G, b, Sigma, sig2, -1.0, z0, Z)
+
+
+def test_over_threads_covers_every_item_once_and_raises_the_first_error():
+    seen = np.zeros(103, dtype=int)
+
+    def work(lo, hi):
+        seen[lo:hi] += 1
+
+    for threads in (1, 2, 7, 500):
+        seen[:] = 0
+        over_threads(work, 103, threads)
+        assert np.all(seen == 1)
+    over_threads(work, 0, 4)  # nothing to do
+    seen[:] = 0
+    over_threads(work, 103, 8, min_chunk=50)  # two slices only
+    assert np.all(seen == 1)
+
+    def bad(lo, hi):
+        if lo > 0:
+            raise RuntimeError(f"slice {lo}")
+
+    with pytest.raises(RuntimeError, match="slice"):
+        over_threads(bad, 10, 3)
+    with pytest.raises(ValueError, match="threads"):
+        over_threads(work, 10, 0)
+    assert available_threads() >= 1
