@@ -3,7 +3,8 @@
 The library reports events as log records of the ``hierbandit`` loggers and progress as records
 of ``hierbandit.progress`` carrying ``record.progress = (done, total, label)``
 (:mod:`hierbandit.experiments.progress`). :class:`Renderer` is the one handler that turns them
-into lines and progress bars on standard error; the command attaches it when it starts
+into lines and progress bars (with the time elapsed and the library's estimate of the time
+left) on standard error; the command attaches it when it starts
 (:func:`start_rendering`) and detaches it when it ends.
 """
 
@@ -14,14 +15,39 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from hierbandit.experiments.progress import PROGRESS_LOGGER
 
-__all__ = ["ROOT_LOGGER", "Renderer", "start_rendering"]
+__all__ = ["ROOT_LOGGER", "Renderer", "TimeLeftColumn", "start_rendering"]
 
 #: the logger whose records the command shows
 ROOT_LOGGER = "hierbandit"
+
+
+class TimeLeftColumn(ProgressColumn):
+    """The library's estimate of the time left (``record.remaining``), not rich's own: the
+    library's rate leaves out start-up such as compiling, which a rate over the whole task would
+    spread over the rest. Blank while the total is unknown, "…" while there is no rate yet."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None or task.finished:
+            return Text("")
+        left = task.fields.get("remaining")
+        if left is None:
+            return Text("…", style="progress.remaining")
+        minutes, seconds = divmod(round(left), 60)
+        hours, minutes = divmod(minutes, 60)
+        shown = f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+        return Text(f"{shown} left", style="progress.remaining")
 
 
 class Renderer(logging.Handler):
@@ -48,7 +74,7 @@ class Renderer(logging.Handler):
             progress = getattr(record, "progress", None)
             if progress is not None:
                 if self.show_progress:
-                    self._update(*progress)
+                    self._update(*progress, remaining=getattr(record, "remaining", None))
             elif record.levelno >= logging.INFO or self.verbose:
                 self._line(record)
         except Exception:  # a display problem must never stop the computation
@@ -60,19 +86,22 @@ class Renderer(logging.Handler):
             text = f"{record.levelname.lower()}: {text}"
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-    def _update(self, done: int, total: int | None, label: str) -> None:
+    def _update(
+        self, done: int, total: int | None, label: str, *, remaining: float | None = None
+    ) -> None:
         finished = total is not None and done >= total
         entry = self._tasks.get(label)
         if entry is None:
             if finished:  # nothing to do, or a task already reported as done
                 return
             bars = self._start()
-            entry = (bars.add_task(escape(label), total=total, completed=done), total is None)
+            task = bars.add_task(escape(label), total=total, completed=done, remaining=remaining)
+            entry = (task, total is None)
             self._tasks[label] = entry
             return
         bars = self._start()
         task, unknown = entry
-        bars.update(task, completed=done, total=total)
+        bars.update(task, completed=done, total=total, remaining=remaining)
         if finished:
             del self._tasks[label]
             if unknown or self._tasks:
@@ -85,6 +114,7 @@ class Renderer(logging.Handler):
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
+                TimeLeftColumn(),
                 console=self.console,
                 transient=False,
             )

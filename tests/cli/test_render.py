@@ -80,3 +80,33 @@ def test_verbose_shows_the_detailed_lines(tmp_path):
     )
     assert res.exit_code == 0, res.output
     assert "synthetic/equal |D|=400 seed 0: Off-CLUB=" in res.output
+
+
+def test_bars_show_the_librarys_estimate_of_the_time_left(monkeypatch):
+    """The bar's "left" column is ``record.remaining`` (the rate since the first step, so a
+    slow start such as compiling does not count), as m:ss or h:mm:ss, and "…" before there is
+    a rate. The last state of an unfinished bar is what a non-terminal console keeps."""
+    import hierbandit._progress as progress_module
+
+    def shown(steps: int) -> str:
+        clock = iter([100.0 + 3.0 * i for i in range(steps)])  # 3 s per step after the first
+        monkeypatch.setattr(progress_module.time, "perf_counter", lambda: next(clock))
+        renderer, buffer = _renderer()
+        try:
+            task = progress_task("sampling", total=12).__enter__()
+            for _ in range(steps):
+                task.advance()
+        finally:
+            renderer.detach()
+        return buffer.getvalue()
+
+    assert "1/12" in shown(1) and "…" in shown(1)  # one step: no rate yet
+    assert "3/12" in shown(3) and "0:27 left" in shown(3)  # 2 steps in 6 s, 9 to go
+    renderer, buffer = _renderer()
+    try:
+        record = logging.LogRecord("hierbandit.progress", logging.DEBUG, "", 0, "x", (), None)
+        record.progress, record.remaining = (1, 10, "fit"), 3723.0
+        renderer.emit(record)
+    finally:
+        renderer.detach()
+    assert "1:02:03 left" in buffer.getvalue()
