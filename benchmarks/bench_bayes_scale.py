@@ -43,7 +43,7 @@ def synthetic_frame(n: int, rows_per_cell: int, seed: int = 0) -> pd.DataFrame:
     X = np.column_stack([np.ones(rows), g.normal(size=(rows, D - 1))])
     y = np.einsum("rd,rd->r", X, beta[arm, inst]) + g.normal(size=rows)
     df = pd.DataFrame({"instance": inst, "arm": arm, "reward": y})
-    for i in range(1, D):
+    for i in range(D):  # x0 is the intercept column: d = D features
         df[f"x{i}"] = X[:, i]
     return df
 
