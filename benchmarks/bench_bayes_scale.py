@@ -9,14 +9,21 @@ normal features) and about ``rows_per_cell`` rows per (instance, arm): β_{k0} ~
   repeated calls after the first) for each way of writing its algebra (``"batched"``, ``"soa"``),
   and the same per instance, to show how the cost grows with N;
 * with ``--mcmc N1,N2``, the wall time of the default full-Bayes fit at those N (2 chains ×
-  1,000 draws), with its smallest bulk and tail ESS over Σ and σ, max R-hat and divergences.
+  1,000 draws), with its smallest bulk and tail ESS over Σ and σ, max R-hat and divergences,
+  and the share of the wall time spent sampling;
+* with ``--uncollapsed N``, the same for PyMC's default on the plain (uncollapsed) model at that
+  N, the yardstick of the collapsed model's speed-up;
+* with ``--statsmodels N``, type-II ML against statsmodels ``MixedLM(reml=False)`` (random
+  effects on every feature) on one arm of the log with N instances and ``--sm-rows`` rows per
+  instance: both times, their ratio, and how far apart the two answers are.
 
 The physical floor of one gradient: K·N cells of d×d algebra (a Cholesky factorisation and a
 few triangular solves, forward and backward), a few hundred flops each, i.e. about
 ``N · K · 2,000`` flops, well under a millisecond at N = 1,000 on one core.
 
 Run: ``.venv/bin/python benchmarks/bench_bayes_scale.py [--n 100,1000,10000]
-[--rows-per-cell 10] [--mcmc 100,1000]``.
+[--rows-per-cell 10] [--mcmc 100,1000,10000] [--uncollapsed 100] [--statsmodels 10000]
+[--sm-rows 50]``.
 """
 
 from __future__ import annotations
@@ -74,8 +81,11 @@ def main() -> None:
     parser.add_argument("--n", default="100,1000,10000")
     parser.add_argument("--rows-per-cell", type=int, default=10)
     parser.add_argument("--mcmc", default="", help="N values at which to run the full-Bayes fit")
+    parser.add_argument("--uncollapsed", default="", help="N values for the uncollapsed model")
+    parser.add_argument("--statsmodels", default="", help="N values for ML vs MixedLM")
+    parser.add_argument("--sm-rows", type=int, default=50, help="rows per instance (MixedLM)")
     args = parser.parse_args()
-    from hierbandit.bayes import diagnose, fit_prior
+    from hierbandit.bayes import fit_prior
     from hierbandit.bayes._devices import configure_jax_once
     from hierbandit.data import read_log
 
@@ -97,17 +107,86 @@ def main() -> None:
         print(pd.DataFrame([row]).to_string(index=False, float_format="%.3g"), flush=True)
     print()
     print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
-    for n in (int(v) for v in args.mcmc.split(",") if v):
+    for n in _sizes(args.mcmc):
         log = read_log(synthetic_frame(n, args.rows_per_cell))
+        _mcmc(log, f"mcmc N={n}", {})
+    for n in _sizes(args.uncollapsed):
+        log = read_log(synthetic_frame(n, args.rows_per_cell))
+        _mcmc(log, f"uncollapsed (PyMC default route) N={n}", {"collapsed": False})
+    for n in _sizes(args.statsmodels):
+        versus_statsmodels(n, args.sm_rows)
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
+def _mcmc(log, label: str, options: dict) -> None:
+    """Time a default full-Bayes fit and print its diagnostics of Σ and σ."""
+    from hierbandit.bayes import diagnose, fit_prior, sampling
+
+    spent = {}
+    sample = sampling.sample
+
+    def timed(*args, **kwargs):
         t0 = time.perf_counter()
-        prior = fit_prior(log, method="mcmc", progressbar=False)
+        try:
+            return sample(*args, **kwargs)
+        finally:
+            spent["sample"] = time.perf_counter() - t0
+
+    sampling.sample = timed  # fit_prior imports it from the module at call time
+    try:
+        t0 = time.perf_counter()
+        prior = fit_prior(log, method="mcmc", progressbar=False, **options)
         wall = time.perf_counter() - t0
-        diag = diagnose(prior, var_names=["Sigma", "sigma"], warn=False)
-        print(
-            f"mcmc N={n}: {wall:.1f} s, min bulk ESS {diag.min_ess_bulk:.0f}, min tail ESS "
-            f"{diag.min_ess_tail:.0f}, max R-hat {diag.max_rhat:.3f}, "
-            f"{diag.divergences} divergences"
-        )
+    finally:
+        sampling.sample = sample
+    diag = diagnose(prior, var_names=["Sigma", "sigma"], warn=False)
+    print(
+        f"{label}: {wall:.1f} s ({spent.get('sample', float('nan')):.1f} s sampling, compile "
+        f"included), min bulk ESS {diag.min_ess_bulk:.0f}, min tail ESS "
+        f"{diag.min_ess_tail:.0f}, max R-hat {diag.max_rhat:.3f}, {diag.divergences} divergences",
+        flush=True,
+    )
+
+
+def versus_statsmodels(n: int, rows_per_instance: int) -> None:
+    """Type-II ML of one arm against statsmodels' linear mixed model on the same rows."""
+    import warnings
+
+    import statsmodels.api as sm
+
+    from hierbandit.bayes import fit_prior
+    from hierbandit.data import read_log
+
+    df = synthetic_frame(n, rows_per_instance, seed=1)
+    one = df[df["arm"] == 0].drop(columns="arm").reset_index(drop=True)
+    t0 = time.perf_counter()
+    ours = fit_prior(one, arm=None, method="ml")
+    t_ours = time.perf_counter() - t0
+    log = read_log(one, arm=None)
+    X, y, groups = np.asarray(log.X), np.asarray(log.y), np.asarray(log.instance)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = sm.MixedLM(y, X, groups=groups, exog_re=X).fit(reml=False, method="lbfgs")
+    t_sm = time.perf_counter() - t0
+    Sigma = ours.Sigma[0]
+    diffs = {
+        "Sigma": np.max(np.abs(Sigma - np.asarray(theirs.cov_re))) / np.max(np.abs(Sigma)),
+        "sigma2": abs(float(ours.sigma2[0]) - float(theirs.scale)) / float(theirs.scale),
+        "beta0": np.max(np.abs(ours.shared_mean[0] - np.asarray(theirs.fe_params))),
+    }
+    print(
+        f"ML vs statsmodels MixedLM(reml=False), N={n}, {len(one):,} rows, d={D}: hierbandit "
+        f"{t_ours:.2f} s (fit_prior from the DataFrame), statsmodels {t_sm:.1f} s "
+        f"(converged={theirs.converged}), ratio {t_sm / t_ours:.1f}x; relative difference "
+        f"Sigma {diffs['Sigma']:.1e}, sigma2 {diffs['sigma2']:.1e}, max |beta0 diff| "
+        f"{diffs['beta0']:.1e}; loglik hierbandit {float(ours.dataset['loglik'].values[0]):.3f}, "
+        f"statsmodels {theirs.llf:.3f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
