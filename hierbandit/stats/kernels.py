@@ -980,36 +980,14 @@ def conditional_draws(G, b, Sigma, sig2, P0, h0, beta0_in, have_beta0, z0, Z, be
     N, d = b.shape[1], b.shape[2]
     Ct = np.empty((N, d, d))
     A = np.empty((N, d, d))
-    P = np.empty((d, d))
-    r = np.empty(d)
-    Phi = np.empty((d, d))
-    m0 = np.empty(d)
-    L = np.empty((d, d))
-    S = np.empty((d, d))
     for c in range(C_):
         for t in range(D_):
             for k in range(Kn):
-                s2 = sig2[c, t, k]
-                arm_posterior(G[k], b[k], Sigma[c, t, k], s2, P0, h0, Ct, A, P, r, Phi, m0)
-                if have_beta0:
-                    for i in range(d):
-                        beta0_out[c, t, k, i] = beta0_in[c, t, k, i]
-                else:
-                    _jittered_cholesky(Phi, 1.0, S, L)
-                    for i in range(d):
-                        v = m0[i]
-                        for m in range(i + 1):
-                            v += L[i, m] * z0[c, t, k, m]
-                        beta0_out[c, t, k, i] = v
-                for j in range(N):
-                    _jittered_cholesky(Ct[j], s2, S, L)
-                    for i in range(d):
-                        v = 0.0
-                        for m in range(d):
-                            v += A[j, i, m] * beta0_out[c, t, k, m] + Ct[j, i, m] * b[k, j, m]
-                        for m in range(i + 1):
-                            v += L[i, m] * Z[c, t, k, j, m]
-                        beta_out[c, t, k, j, i] = v
+                _draw_arm_scalar(
+                    G[k], b[k], Sigma[c, t, k], sig2[c, t, k], P0, h0, beta0_in[c, t, k],
+                    have_beta0, z0[c, t, k], Z[c, t, k], beta0_out[c, t, k], beta_out[c, t, k],
+                    Ct, A,
+                )  # fmt: skip
 
 
 @njit(**_JIT)
@@ -1030,3 +1008,268 @@ def _jittered_cholesky(C, scale, S, L):
     for i in range(d):
         for m in range(d):
             L[i, m] = 0.0
+
+
+@njit(**_JIT)
+def _draw_arm_scalar(
+    Gk, bk, Sigma, s2, P0, h0, b0_given, have_beta0, z0, Z, b0_out, beta_out, Ct, A
+):
+    """One (draw, arm) of :func:`conditional_draws`, instance by instance (any Σ)."""
+    N, d = bk.shape
+    P = np.empty((d, d))
+    r = np.empty(d)
+    Phi = np.empty((d, d))
+    m0 = np.empty(d)
+    L = np.empty((d, d))
+    S = np.empty((d, d))
+    arm_posterior(Gk, bk, Sigma, s2, P0, h0, Ct, A, P, r, Phi, m0)
+    if have_beta0:
+        for i in range(d):
+            b0_out[i] = b0_given[i]
+    else:
+        _jittered_cholesky(Phi, 1.0, S, L)
+        for i in range(d):
+            v = m0[i]
+            for m in range(i + 1):
+                v += L[i, m] * z0[m]
+            b0_out[i] = v
+    for j in range(N):
+        _jittered_cholesky(Ct[j], s2, S, L)
+        for i in range(d):
+            v = 0.0
+            for m in range(d):
+                v += A[j, i, m] * b0_out[m] + Ct[j, i, m] * bk[j, m]
+            for m in range(i + 1):
+                v += L[i, m] * Z[j, m]
+            beta_out[j, i] = v
+
+
+@njit(**_JIT)
+def _arm_blocks_soa(Gs, bs, Lr, Linv, s2, P, r, W, Kv, R, Ct, Minv, tmp):
+    """The per-instance blocks of :func:`arm_posterior` for a Cholesky factor ``Lr`` of Σ, with
+    every d×d entry an array over the instances (``Gs`` (d, d, N), ``bs`` (d, N)), so the inner
+    loops run over instances and vectorise. The same operations in the same order as
+    :func:`instance_blocks` (small-d branch) and :func:`arm_posterior`, entry by entry, so the
+    results are those of the scalar kernel. Fills ``Ct`` = C̃_j and ``Minv`` = M_j⁻¹ (d, d, N)
+    and adds the instances to ``P`` and ``r`` (in instance order); returns False (and leaves
+    ``P`` and ``r`` unfinished) when some S_j does not factorise."""
+    d, _, N = Gs.shape
+    # W = G Lr, K = Lrᵀ W (lower triangle)
+    for i in range(d):
+        for k in range(d):
+            for j in range(N):
+                W[i, k, j] = 0.0
+            for m in range(k, d):
+                c = Lr[m, k]
+                for j in range(N):
+                    W[i, k, j] += Gs[i, m, j] * c
+    for i in range(d):
+        for k in range(i + 1):
+            for j in range(N):
+                Kv[i, k, j] = 0.0
+            for m in range(i, d):
+                c = Lr[m, i]
+                for j in range(N):
+                    Kv[i, k, j] += c * W[m, k, j]
+        for j in range(N):
+            Kv[i, i, j] += s2
+    # R = chol(S), S = K + σ²I (lower triangle)
+    for i in range(d):
+        for k in range(i + 1):
+            for j in range(N):
+                tmp[j] = Kv[i, k, j]
+            for m in range(k):
+                for j in range(N):
+                    tmp[j] -= R[i, m, j] * R[k, m, j]
+            if i == k:
+                for j in range(N):
+                    if not tmp[j] > 0.0:
+                        return False
+                for j in range(N):
+                    R[i, i, j] = np.sqrt(tmp[j])
+            else:
+                for j in range(N):
+                    R[i, k, j] = tmp[j] / R[k, k, j]
+    # W = Lr R⁻ᵀ (in place, column by column), C̃ = W Wᵀ
+    for i in range(d):
+        for k in range(d):
+            for j in range(N):
+                tmp[j] = Lr[i, k]
+            for m in range(k):
+                for j in range(N):
+                    tmp[j] -= R[k, m, j] * W[i, m, j]
+            for j in range(N):
+                W[i, k, j] = tmp[j] / R[k, k, j]
+    for i in range(d):
+        for k in range(i + 1):
+            for j in range(N):
+                tmp[j] = 0.0
+            for m in range(d):
+                for j in range(N):
+                    tmp[j] += W[i, m, j] * W[k, m, j]
+            for j in range(N):
+                Ct[i, k, j] = tmp[j]
+                Ct[k, i, j] = tmp[j]
+    # K = R⁻¹ Lr⁻¹ (lower), M⁻¹ = W K
+    for i in range(d):
+        for k in range(i + 1):
+            for j in range(N):
+                tmp[j] = Linv[i, k]
+            for m in range(k, i):
+                for j in range(N):
+                    tmp[j] -= R[i, m, j] * Kv[m, k, j]
+            for j in range(N):
+                Kv[i, k, j] = tmp[j] * (1.0 / R[i, i, j])
+    for i in range(d):
+        for k in range(d):
+            for j in range(N):
+                Minv[i, k, j] = 0.0
+            for m in range(k, d):
+                for j in range(N):
+                    Minv[i, k, j] += W[i, m, j] * Kv[m, k, j]
+    # r += M⁻ᵀ b_j, P += M⁻ᵀ G_j, instance by instance (the scalar kernel's order)
+    for i in range(d):
+        for j in range(N):
+            tmp[j] = 0.0
+        for m in range(d):
+            for j in range(N):
+                tmp[j] += Minv[m, i, j] * bs[m, j]
+        for j in range(N):
+            r[i] += tmp[j]
+    for i in range(d):
+        for k in range(d):
+            for j in range(N):
+                tmp[j] = 0.0
+            for m in range(d):
+                for j in range(N):
+                    tmp[j] += Minv[m, i, j] * Gs[m, k, j]
+            for j in range(N):
+                P[i, k] += tmp[j]
+    return True
+
+
+@njit(**_JIT)
+def conditional_draws_soa(
+    Gs, bs, G, b, Sigma, sig2, P0, h0, beta0_in, have_beta0, z0, Z, beta0_out, beta_out
+):
+    """:func:`conditional_draws` with the instance loops vectorised: ``Gs`` (K, d, d, N) and
+    ``bs`` (K, d, N) are the statistics ``G``, ``b`` with the instance axis last.
+
+    The arithmetic is that of the scalar kernel, operation by operation (the instance sums in
+    instance order); a (draw, arm) whose Σ is not positive definite or whose S_j = σ²I + LᵀG_jL
+    does not factorise runs the scalar kernel, and so does an instance whose σ²C̃_j needs a
+    jitter to factorise. The result equals :func:`conditional_draws`' to rounding.
+    """
+    C_, D_, Kn = sig2.shape
+    N, d = b.shape[1], b.shape[2]
+    W = np.empty((d, d, N))
+    Kv = np.empty((d, d, N))
+    R = np.empty((d, d, N))
+    Ctv = np.empty((d, d, N))
+    Minv = np.empty((d, d, N))
+    tmp = np.empty(N)
+    Ct = np.empty((N, d, d))
+    A = np.empty((N, d, d))
+    Lr = np.empty((d, d))
+    Linv = np.empty((d, d))
+    M = np.empty((d, d))
+    P = np.empty((d, d))
+    r = np.empty(d)
+    Phi = np.empty((d, d))
+    m0 = np.empty(d)
+    L = np.empty((d, d))
+    S = np.empty((d, d))
+    Sc = np.empty((d, d))
+    Lc = np.empty((d, d))
+    for c in range(C_):
+        for t in range(D_):
+            for k in range(Kn):
+                s2 = sig2[c, t, k]
+                ok = sigma_root_into(Sigma[c, t, k], Lr, M)
+                if ok:
+                    cholesky_inverse_lower(Lr, Linv)
+                    for i in range(d):
+                        r[i] = h0[i]
+                        for m in range(d):
+                            P[i, m] = P0[i, m]
+                    ok = _arm_blocks_soa(Gs[k], bs[k], Lr, Linv, s2, P, r, W, Kv, R, Ctv, Minv, tmp)
+                if not ok:
+                    _draw_arm_scalar(
+                        G[k], b[k], Sigma[c, t, k], s2, P0, h0, beta0_in[c, t, k], have_beta0,
+                        z0[c, t, k], Z[c, t, k], beta0_out[c, t, k], beta_out[c, t, k], Ct, A,
+                    )  # fmt: skip
+                    continue
+                for i in range(d):
+                    for m in range(i):
+                        v = 0.5 * (P[i, m] + P[m, i])
+                        P[i, m] = v
+                        P[m, i] = v
+                shared_inverse_into(P, P0, Phi, Sc, Lc)
+                for i in range(d):
+                    s = 0.0
+                    for m in range(d):
+                        s += Phi[i, m] * r[m]
+                    m0[i] = s
+                if have_beta0:
+                    for i in range(d):
+                        beta0_out[c, t, k, i] = beta0_in[c, t, k, i]
+                else:
+                    _jittered_cholesky(Phi, 1.0, S, L)
+                    for i in range(d):
+                        v = m0[i]
+                        for m in range(i + 1):
+                            v += L[i, m] * z0[c, t, k, m]
+                        beta0_out[c, t, k, i] = v
+                _draw_instances_soa(
+                    Ctv, Minv, bs[k], s2, beta0_out[c, t, k], Z[c, t, k], beta_out[c, t, k],
+                    W, Kv, tmp, S, L,
+                )  # fmt: skip
+
+
+@njit(**_JIT)
+def _draw_instances_soa(Ctv, Minv, bs, s2, b0, Zk, out, Lc, mean, tmp, S, L):
+    """β_j = A_jβ₀ + C̃_jb_j + chol(σ²C̃_j) z_j for every instance, A_j = σ²M_j⁻¹, entry arrays
+    over instances (``Lc``, ``mean``: (d, d, N) scratch; ``mean[0]`` holds the means)."""
+    d, _, N = Ctv.shape
+    # chol(σ² C̃) per instance (lower triangle of Lc); failures done one by one below
+    ok = np.ones(N, dtype=np.bool_)
+    for i in range(d):
+        for k in range(i + 1):
+            for j in range(N):
+                tmp[j] = s2 * Ctv[i, k, j]
+            for m in range(k):
+                for j in range(N):
+                    tmp[j] -= Lc[i, m, j] * Lc[k, m, j]
+            if i == k:
+                for j in range(N):
+                    ok[j] &= tmp[j] > 0.0
+                    Lc[i, i, j] = np.sqrt(tmp[j]) if tmp[j] > 0.0 else 1.0
+            else:
+                for j in range(N):
+                    Lc[i, k, j] = tmp[j] / Lc[k, k, j]
+    for i in range(d):
+        for j in range(N):
+            tmp[j] = 0.0
+        for m in range(d):
+            a = b0[m]
+            for j in range(N):
+                tmp[j] += s2 * Minv[i, m, j] * a + Ctv[i, m, j] * bs[m, j]
+        for j in range(N):
+            mean[0, i, j] = tmp[j]
+    for j in range(N):
+        if not ok[j]:
+            for i in range(d):
+                for m in range(d):
+                    S[i, m] = Ctv[i, m, j]
+            _jittered_cholesky(S.copy(), s2, S, L)
+            for i in range(d):
+                for m in range(i + 1):
+                    Lc[i, m, j] = L[i, m]
+    for i in range(d):
+        for j in range(N):
+            tmp[j] = mean[0, i, j]
+        for m in range(i + 1):
+            for j in range(N):
+                tmp[j] += Lc[i, m, j] * Zk[j, m]
+        for j in range(N):
+            out[j, i] = tmp[j]

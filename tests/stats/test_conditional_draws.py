@@ -123,3 +123,59 @@ def test_over_threads_covers_every_item_once_and_raises_the_first_error():
     with pytest.raises(ValueError, match="threads"):
         over_threads(work, 10, 0)
     assert available_threads() >= 1
+
+
+def _paths(G, b, Sigma, s2):
+    """Which fallbacks one (draw, arm) takes: (S_j does not factorise, instances needing a
+    jitter)."""
+    from hierbandit.stats import kernels as K
+
+    N, d = b.shape
+    Lr = np.linalg.cholesky(Sigma)
+    bufs = [np.empty((d, d, N)) for _ in range(5)]
+    ok = K._arm_blocks_soa(
+        np.ascontiguousarray(np.moveaxis(G, 0, -1)), np.ascontiguousarray(b.T), Lr,
+        np.linalg.inv(Lr), s2, np.eye(d), np.zeros(d), *bufs, np.empty(N),
+    )  # fmt: skip
+    if not ok:
+        return True, []
+    L = np.empty((d, d))
+    return False, [j for j in range(N) if not K.cholesky_lower(s2 * bufs[3][:, :, j].copy(), L)]
+
+
+@pytest.mark.parametrize("case", ["plain", "singular Sigma", "S_j fails", "jitter", "beta0 given"])
+def test_the_vectorised_kernel_is_the_scalar_kernel(rng, case):
+    """The kernel that runs over arrays of instances does the scalar kernel's operations in the
+    same order, and hands it the (draw, arm) pairs it cannot do (a singular Σ, an S_j that does
+    not factorise) and the instances whose σ²C̃_j needs a jitter: same draws, bit for bit."""
+    from hierbandit.stats import kernels as K
+
+    G, b = _stats(rng, K=3, N=6, d=2, sizes=(0, 1, 2, 5, 9, 40))
+    Kn, N, d = b.shape
+    S = 9
+    Sigma, _ = _hyper(S, Kn, d)
+    Sigma = np.concatenate([Sigma, Sigma[:, :1]], axis=1)[:, :Kn]
+    sig2 = rng.uniform(0.3, 2.0, size=(S, Kn))
+    if case == "singular Sigma":  # rank one in some draws of arm 1
+        v = rng.normal(size=d)
+        Sigma[::2, 1] = np.outer(v, v)
+    x = np.array([1.0, 0.3])
+    if case == "S_j fails":  # σ² lost to rounding next to a huge rank-one G_j
+        G[2, 5], b[2, 5] = 1e20 * np.outer(x, x), 1e20 * x
+        sig2[:, 2] = 1e-6
+        assert _paths(G[2], b[2], Sigma[0, 2], 1e-6)[0]
+    if case == "jitter":  # C̃_j numerically singular
+        G[2, 5], b[2, 5] = 10**19.5 * np.outer(x, x) + np.eye(d), 10**19.5 * x
+        sig2[:, 2] = 1e-6
+        assert _paths(G[2], b[2], Sigma[0, 2], 1e-6) == (False, [5])
+    z0, Z = rng.standard_normal((S, Kn, d)), rng.standard_normal((S, Kn, N, d))
+    have = case == "beta0 given"
+    b0_in = rng.normal(size=(1, S, Kn, d)) if have else np.zeros((1, S, Kn, d))
+    P0, h0 = 0.02 * np.eye(d), np.zeros(d)
+    ref0, ref = np.empty((1, S, Kn, d)), np.empty((1, S, Kn, N, d))
+    K.conditional_draws(G, b, Sigma[None], sig2[None], P0, h0, b0_in, have, z0[None], Z[None],
+                        ref0, ref)  # fmt: skip
+    got = conditional_draws(G, b, Sigma, sig2, 0.02, z0, Z, b0_in[0] if have else None, threads=2)
+    assert np.all(np.isfinite(ref))
+    np.testing.assert_array_equal(got[0], ref0[0])
+    np.testing.assert_array_equal(got[1], ref[0])
