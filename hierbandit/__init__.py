@@ -32,6 +32,7 @@ from hierbandit._version import __version__
 
 if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
     from hierbandit._numba_cache import configure_numba_cache
+    from hierbandit._progress import show_progress
     from hierbandit.bayes.fit import fit_prior
     from hierbandit.bayes.prior import load_prior
     from hierbandit.boc import BOC, BOCLE
@@ -61,6 +62,7 @@ _LAZY = {
     "fit_prior": "hierbandit.bayes",  # through its lazy names, which name the missing extra
     "load_prior": "hierbandit.bayes",
     "configure_numba_cache": "hierbandit._numba_cache",
+    "show_progress": "hierbandit._progress",
 }
 _SUBPACKAGES = (
     "stats",
@@ -95,6 +97,7 @@ __all__ = [
     "configure_numba_cache",
     "fit_prior",
     "load_prior",
+    "show_progress",
 ]
 assert set(__all__) == {"__version__", *_LAZY}
 

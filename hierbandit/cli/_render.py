@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from hierbandit.experiments.progress import PROGRESS_LOGGER
+from hierbandit.experiments.progress import PROGRESS_LOGGER, format_duration
 
 __all__ = ["ROOT_LOGGER", "Renderer", "TimeLeftColumn", "start_rendering"]
 
@@ -44,10 +44,7 @@ class TimeLeftColumn(ProgressColumn):
         left = task.fields.get("remaining")
         if left is None:
             return Text("…", style="progress.remaining")
-        minutes, seconds = divmod(round(left), 60)
-        hours, minutes = divmod(minutes, 60)
-        shown = f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
-        return Text(f"{shown} left", style="progress.remaining")
+        return Text(f"{format_duration(left)} left", style="progress.remaining")
 
 
 class Renderer(logging.Handler):

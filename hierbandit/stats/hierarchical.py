@@ -228,6 +228,7 @@ def conditional_draws(
     beta0: np.ndarray | None = None,
     *,
     threads: int | None = None,
+    progress: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact draws of every arm's shared and instance coefficients, one per hyperparameter draw.
 
@@ -256,6 +257,9 @@ def conditional_draws(
         Draws (S, K, d) of the shared mean to condition on instead of drawing it.
     threads
         Number of threads.
+    progress
+        Label under which to report progress (``hierbandit.progress`` records, in draws, with
+        the time left); none by default.
 
     Returns
     -------
@@ -303,7 +307,7 @@ def conditional_draws(
             beta_out[:, lo:hi],
         )
 
-    over_threads(work, S, threads)
+    over_threads(work, S, threads, label=progress)
     return beta0_out[0], beta_out[0]
 
 

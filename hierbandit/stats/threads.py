@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from itertools import pairwise
 
+from hierbandit._progress import progress_task
 from hierbandit._validation import check_positive_int
 
 __all__ = ["available_threads", "over_threads"]
@@ -28,10 +30,21 @@ def available_threads() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+#: how many slices a loop with a progress label is cut into, to report its progress
+PROGRESS_SLICES = 40
+
+
 def over_threads(
-    work: Callable[[int, int], None], n: int, threads: int | None = None, *, min_chunk: int = 1
+    work: Callable[[int, int], None],
+    n: int,
+    threads: int | None = None,
+    *,
+    min_chunk: int = 1,
+    label: str | None = None,
 ) -> None:
-    """Call ``work(start, stop)`` on contiguous slices covering ``range(n)``, one per thread.
+    """Call ``work(start, stop)`` on contiguous slices covering ``range(n)``, one per thread
+    (with a ``label``: :data:`PROGRESS_SLICES` slices shared by the threads, and progress
+    reported as ``hierbandit.progress`` records, in items, with the time left).
 
     Parameters
     ----------
@@ -44,7 +57,9 @@ def over_threads(
     threads : int, optional
         Number of threads (default :func:`available_threads`); never more than ``n // min_chunk``.
     min_chunk : int
-        Fewest items worth a thread of their own.
+        Fewest items worth a thread (or a slice) of their own.
+    label : str, optional
+        Name of the task in the progress records.
 
     Raises
     ------
@@ -55,11 +70,39 @@ def over_threads(
     threads = available_threads() if threads is None else check_positive_int(threads, "threads")
     min_chunk = check_positive_int(min_chunk, "min_chunk")
     parts = max(min(threads, n // min_chunk), 1)
-    bounds = [n * i // parts for i in range(parts + 1)]
-    if parts == 1:
-        work(0, n)
+    if label is None:
+        _run(work, _slices(n, parts), parts, lambda k: None)
         return
+    with progress_task(label, total=n) as task:
+        _run(
+            work, _slices(n, max(min(PROGRESS_SLICES, n // min_chunk), parts)), parts, task.advance
+        )
+
+
+def _slices(n: int, count: int) -> list[tuple[int, int]]:
+    bounds = [n * i // count for i in range(count + 1)]
+    return list(pairwise(bounds))
+
+
+def _run(
+    work: Callable[[int, int], None],
+    pieces: list[tuple[int, int]],
+    parts: int,
+    advance: Callable[[int], None],
+) -> None:
+    """Run the slices on ``parts`` threads (in this one when 1), telling ``advance`` the number
+    of items each finished slice held; raise the first error once every slice is done."""
+    if parts == 1:
+        for lo, hi in pieces:
+            work(lo, hi)
+            advance(hi - lo)
+        return
+    errors = []
     with ThreadPoolExecutor(max_workers=parts) as pool:
-        futures = [pool.submit(work, bounds[i], bounds[i + 1]) for i in range(parts)]
-    for f in futures:
-        f.result()
+        futures = {pool.submit(work, lo, hi): hi - lo for lo, hi in pieces}
+        for future in as_completed(futures):
+            if future.exception() is not None:
+                errors.append(future.exception())
+            advance(futures[future])
+    if errors:
+        raise errors[0]

@@ -179,3 +179,23 @@ def test_the_vectorised_kernel_is_the_scalar_kernel(rng, case):
     assert np.all(np.isfinite(ref))
     np.testing.assert_array_equal(got[0], ref0[0])
     np.testing.assert_array_equal(got[1], ref[0])
+
+
+def test_a_labelled_loop_reports_its_progress_in_items(caplog):
+    """With a label the loop is cut into more slices than threads and reports each one done."""
+    import logging
+
+    seen = np.zeros(1000, dtype=int)
+
+    def work(lo, hi):
+        seen[lo:hi] += 1
+
+    for threads in (1, 2):
+        seen[:] = 0
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="hierbandit.progress"):
+            over_threads(work, 1000, threads, label="draws")
+        assert np.all(seen == 1)
+        done = [r.progress[0] for r in caplog.records if r.progress[2] == "draws"]
+        assert done[0] == 0 and done[-1] == 1000 and len(done) > 20  # 40 slices
+        assert done == sorted(done)
