@@ -12,6 +12,7 @@ imports PyMC.
 module                         contents
 =============================  ===============================================================
 ``prior``, ``fit``             the ebm prior: :class:`HierarchicalPrior`, :func:`fit_prior`
+``outofcore``                  :func:`summarise_dask`: a log's statistics computed by Dask
 ``models``                     the full-Bayes models of the ebm prior
 ``sampling``                   :func:`sample`, the one NUTS entry point
 ``sampler_config``             :class:`SamplerConfig`, the settings of every sampler run
@@ -55,6 +56,7 @@ _EXPORTS = {
     "diagnose": "hierbandit.bayes.diagnostics",
     "fit_prior": "hierbandit.bayes.fit",
     "prior_from_arrays": "hierbandit.bayes.fit",
+    "summarise_dask": "hierbandit.bayes.outofcore",
     "METHODS": "hierbandit.bayes.fit",
     "HierarchicalPrior": "hierbandit.bayes.prior",
     "load_prior": "hierbandit.bayes.prior",

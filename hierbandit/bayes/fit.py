@@ -3,11 +3,19 @@
 All three return one :class:`~hierbandit.bayes.prior.HierarchicalPrior` with the per-arm shared
 mean β_{k0} (and its covariance), Σ_k and σ²_k, plus provenance. ``EbmTS(..., prior=prior)``
 warm-starts from any of them.
+
+Every fit needs only the log's per-(arm, instance) sufficient statistics. A log in memory is a
+:class:`~hierbandit.data.HistoricalLog`; a log too large for memory (a Parquet directory, a Dask
+DataFrame) is reduced to a :class:`~hierbandit.data.LogSummary` by Dask
+(:func:`hierbandit.bayes.outofcore.summarise_dask`), and the same estimators run from it
+(``docs/outofcore.md``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +25,13 @@ from hierbandit._validation import check_choice, check_scalar
 from hierbandit.bayes._artifact import provenance_attrs
 from hierbandit.bayes.prior import HierarchicalPrior
 from hierbandit.bayes.sampler_config import SamplerConfig, resolve_sampler
-from hierbandit.data import HistoricalLog, check_min_rows, read_log
+from hierbandit.data import (
+    HistoricalLog,
+    LogSummary,
+    check_min_rows,
+    check_summary_rows,
+    read_log,
+)
 from hierbandit.stats import EBOptions, empirical_bayes, fit_type2_ml, posterior_given_hyper
 
 __all__ = ["METHODS", "fit_prior", "prior_from_arrays"]
@@ -27,6 +41,11 @@ METHODS = ("eb", "ml", "mcmc")
 #: Rewards whose least-squares residual on the features is below this fraction of their own size
 #: (root sum of squares) count as an exact linear function of the features.
 EXACT_FIT_RTOL = 1e-10
+
+#: The same, for a log known only by its sufficient statistics (:class:`LogSummary`): there the
+#: residual is q - bᵀG⁺b, whose rounding error is about 1e-16 of the rewards' squared size (times
+#: the condition of G), so the threshold is looser (a residual below 1e-6 of the rewards' size).
+SUMMARY_EXACT_FIT_RTOL = 1e-6
 
 
 def _residual(X: np.ndarray, y: np.ndarray) -> tuple[float, int]:
@@ -88,6 +107,63 @@ def _check_rewards_vary(log: HistoricalLog) -> None:
                 break
         if dof > 0 and rss <= limit:
             within.append(label)
+    _refuse(log, constant, pooled, within)
+
+
+def _stats_residual(G: np.ndarray, b: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Residual sums of squares q - bᵀG⁺b of the least-squares fits of batches of cells from
+    their statistics (..., d, d), (..., d), (...), and the ranks of G. The columns are scaled
+    to unit norm first; eigenvalues below 1e-10 of the largest count as zero (a rank too small
+    only makes the residual larger, never a log refused that would not be)."""
+    dg = np.sqrt(np.maximum(np.einsum("...ii->...i", G), 0.0))
+    inv = np.where(dg > 0, 1.0 / np.where(dg > 0, dg, 1.0), 0.0)
+    Gs = G * inv[..., :, None] * inv[..., None, :]
+    bs = b * inv
+    w, V = np.linalg.eigh(Gs)
+    keep = w > 1e-10 * np.maximum(w[..., -1:], np.finfo(float).tiny)
+    proj = np.einsum("...ij,...i->...j", V, bs)
+    fitted = np.sum(np.where(keep, proj**2 / np.where(keep, w, 1.0), 0.0), axis=-1)
+    return np.maximum(q - fitted, 0.0), keep.sum(axis=-1)
+
+
+def _check_rewards_vary_stats(summary: LogSummary) -> None:
+    """:func:`_check_rewards_vary` for a log known by its statistics (a :class:`LogSummary`).
+
+    The same refusals and messages. A constant arm is recognised exactly (its smallest and
+    largest reward are equal). An exact linear fit, pooled over the arm or within every instance,
+    is recognised from the residual sums of squares q - bᵀG⁺b, which carry rounding errors of
+    about 1e-16·q: the residual must be below ``SUMMARY_EXACT_FIT_RTOL`` (1e-6) of the rewards'
+    size, where the rows are checked at ``EXACT_FIT_RTOL`` (1e-10). This is the one place where
+    a fit from statistics and a fit from rows can differ: a log whose rewards are within that
+    band of an exact linear fit (a pathological log) is refused from statistics only.
+    """
+    st = summary.suffstats()
+    n = st.n
+    constant, pooled, within = [], [], []
+    for k in range(summary.n_arms):
+        rows = int(n[k].sum())
+        if rows < 2:
+            continue
+        label = summary.arm_labels[k]
+        if summary.y_min[k] == summary.y_max[k]:
+            constant.append((label, summary.y_min[k]))
+            continue
+        qk = float(st.q[k].sum())
+        limit = SUMMARY_EXACT_FIT_RTOL**2 * qk
+        rss, rank = _stats_residual(st.G[k].sum(axis=0), st.b[k].sum(axis=0), np.array(qk))
+        if rows - int(rank) > 0 and float(rss) <= limit:
+            pooled.append(label)
+            continue
+        cells = n[k] > 0
+        rss, rank = _stats_residual(st.G[k][cells], st.b[k][cells], st.q[k][cells])
+        dof = int(np.sum(n[k][cells] - rank))
+        if dof > 0 and float(rss.sum()) <= limit:
+            within.append(label)
+    _refuse(summary, constant, pooled, within)
+
+
+def _refuse(log: Any, constant: list, pooled: list, within: list) -> None:
+    """Raise the refusal of :func:`_check_rewards_vary` for the arms found at fault."""
     col = log.reward_column
     if constant:
         values = {float(v) for _, v in constant}
@@ -150,14 +226,16 @@ def prior_from_arrays(
     return HierarchicalPrior(ds, idata)
 
 
-def _provenance(log: HistoricalLog, method: str, config: dict[str, Any]) -> dict[str, Any]:
+def _provenance(
+    log: HistoricalLog | LogSummary, method: str, config: dict[str, Any]
+) -> dict[str, Any]:
     return provenance_attrs(
         method, log, n_instances=log.n_instances, config=config, data=log.provenance()
     )
 
 
 def _fit_per_arm(
-    log: HistoricalLog,
+    log: HistoricalLog | LogSummary,
     method: str,
     config: dict[str, Any],
     fit_arm: Callable[[Any, int], tuple[Any, Any, Any, float, dict[str, Any]]],
@@ -180,7 +258,9 @@ def _fit_per_arm(
     )
 
 
-def _fit_eb(log: HistoricalLog, lam: float, options: EBOptions, seed: int) -> HierarchicalPrior:
+def _fit_eb(
+    log: HistoricalLog | LogSummary, lam: float, options: EBOptions, seed: int
+) -> HierarchicalPrior:
     rng = np.random.default_rng(seed)  # one stream for the arms in turn
 
     def fit_arm(st: Any, k: int) -> tuple[Any, Any, Any, float, dict[str, Any]]:
@@ -193,7 +273,7 @@ def _fit_eb(log: HistoricalLog, lam: float, options: EBOptions, seed: int) -> Hi
     return _fit_per_arm(log, "eb", config, fit_arm)
 
 
-def _fit_ml(log: HistoricalLog, lam: float, tol: float) -> HierarchicalPrior:
+def _fit_ml(log: HistoricalLog | LogSummary, lam: float, tol: float) -> HierarchicalPrior:
     def fit_arm(st: Any, k: int) -> tuple[Any, Any, Any, float, dict[str, Any]]:
         res = fit_type2_ml(st.G[k], st.b[k], st.q[k], st.n[k], lam=lam, tol=tol)
         post = posterior_given_hyper(st.G[k], st.b[k], res.Sigma, res.sigma2, lam)
@@ -204,7 +284,7 @@ def _fit_ml(log: HistoricalLog, lam: float, tol: float) -> HierarchicalPrior:
 
 
 def _fit_mcmc(
-    log: HistoricalLog,
+    log: HistoricalLog | LogSummary,
     lam: float,
     *,
     hyper: Any,
@@ -228,6 +308,12 @@ def _fit_mcmc(
         raise TypeError("hyper must be a HyperPriors instance")
     if collapsed:
         model = collapsed_model(log, hyper=hyper, collapse_shared_mean=collapse_shared_mean)
+    elif isinstance(log, LogSummary):
+        raise ValueError(
+            "collapsed=False samples the plain model over the log's rows, and this log is known "
+            "by its sufficient statistics only (a LogSummary, a Parquet directory or a Dask "
+            "DataFrame); use collapsed=True (the default), or fit a log that fits in memory"
+        )
     else:
         model = uncollapsed_model(log, hyper=hyper)
     idata = sample(model, sampler)
@@ -262,6 +348,37 @@ def _fit_mcmc(
     )
 
 
+def _is_outofcore(data: Any) -> bool:
+    """A directory (of Parquet files) or a Dask DataFrame."""
+    if isinstance(data, str | os.PathLike):
+        try:
+            return Path(data).expanduser().is_dir()
+        except (OSError, ValueError):
+            return False
+    return type(data).__module__.startswith("dask")
+
+
+def _read_data(
+    data: Any, *, instance: str, arm: str | None, reward: str, features: Any, scheduler: Any
+) -> HistoricalLog | LogSummary:
+    """The log of ``data``: as it is, in memory (:func:`read_log`) or summarised by Dask."""
+    if isinstance(data, HistoricalLog | LogSummary):
+        return data
+    if _is_outofcore(data):
+        from hierbandit.bayes.outofcore import is_dask_dataframe, summarise_dask
+
+        if isinstance(data, str | os.PathLike) or is_dask_dataframe(data):
+            return summarise_dask(
+                data,
+                instance=instance,
+                arm=arm,
+                reward=reward,
+                features=features,
+                scheduler=scheduler,
+            )
+    return read_log(data, instance=instance, arm=arm, reward=reward, features=features)
+
+
 def fit_prior(
     data: Any,
     *,
@@ -285,6 +402,7 @@ def fit_prior(
     random_seed: int | None = None,
     nuts_sampler: str | None = None,
     progressbar: bool | None = None,
+    scheduler: Any = None,
     **sampler_kwargs: Any,
 ) -> HierarchicalPrior:
     """Fit a per-arm hierarchical prior (shared mean, Σ_k, σ²_k) to a historical log.
@@ -292,11 +410,19 @@ def fit_prior(
     Parameters
     ----------
     data
-        A tidy log: pandas DataFrame, CSV or Parquet path, xarray Dataset or
-        :class:`~hierbandit.data.HistoricalLog`, one row per past interaction.
+        A tidy log, one row per past interaction:
+
+        * in memory: a pandas DataFrame, a CSV, Parquet or netCDF file, an xarray Dataset or a
+          :class:`~hierbandit.data.HistoricalLog` (:func:`~hierbandit.data.read_log`);
+        * out of core: the path of a **directory** of Parquet files (hive-partitioned or not,
+          e.g. ``date=2024-01-01/part-0.parquet``) or a Dask DataFrame. Dask computes the
+          sufficient statistics (:func:`hierbandit.bayes.outofcore.summarise_dask`, on the
+          cluster chosen by ``scheduler``) and the fit runs from them with the same code;
+        * a :class:`~hierbandit.data.LogSummary` (statistics already computed).
     instance, arm, reward, features
         Column names; ``features=None`` uses every other numeric column; ``arm`` may be absent
-        (a single-arm log). See :func:`~hierbandit.data.read_log`.
+        (a single-arm log). See :func:`~hierbandit.data.read_log`. Ignored for a
+        ``HistoricalLog`` or a ``LogSummary``.
     method : {"eb", "ml", "mcmc"}
         * ``"eb"`` — the ebm paper's empirical-Bayes estimators (thresholded covariance of the
           per-instance OLS estimates, pooled residual variance; the same code the online
@@ -324,6 +450,12 @@ def fit_prior(
         Replace the matching fields of ``sampler`` when given; further keyword arguments are
         backend options (``SamplerConfig.options``). ``random_seed`` (default 0, or the
         ``sampler``'s) also seeds the cross-validation of ``method="eb"``.
+    scheduler : None, str or distributed.Client
+        Only used for out-of-core input (a directory or a Dask DataFrame), ignored otherwise:
+        ``None`` (default) starts a local Dask cluster for the call (one worker process per
+        core, with a memory limit) and closes it afterwards; a scheduler address
+        (``"tcp://host:8786"``) uses that running cluster, whose workers must have
+        ``hierbandit`` installed; a ``distributed.Client`` is used as it is.
 
     Returns
     -------
@@ -338,22 +470,40 @@ def fit_prior(
     Raises
     ------
     ValueError, TypeError
-        Everything :func:`~hierbandit.data.read_log` refuses; too few rows for the method
-        (:func:`~hierbandit.data.check_min_rows`); and, for every method, an arm whose rewards
-        are constant or an exact linear function of the features (σ² would be 0: nothing can be
-        estimated; refused rather than returning numerical floors or a degenerate fit).
+        Everything :func:`~hierbandit.data.read_log` refuses (for out-of-core input, what
+        :func:`~hierbandit.bayes.outofcore.summarise_dask` refuses: the same checks, made
+        partition by partition); too few rows for the method
+        (:func:`~hierbandit.data.check_min_rows`); ``collapsed=False`` for a log known by its
+        statistics only; and, for every method, an arm whose rewards are constant or an exact
+        linear function of the features (σ² would be 0: nothing can be estimated; refused
+        rather than returning numerical floors or a degenerate fit).
+
+    Notes
+    -----
+    A fit from statistics (out of core, or a ``LogSummary``) equals the fit of the same log in
+    memory up to the rounding of the sums (1e-10 and better in the tests), with one difference:
+    the exact-linear-fit refusal is computed from the statistics with a looser tolerance
+    (``SUMMARY_EXACT_FIT_RTOL``, see ``_check_rewards_vary_stats``), so a log whose rewards are
+    within 1e-6 (relative) of an exact linear function of the features is refused from
+    statistics and fitted from rows. The provenance records the summary's ``data_hash``, a hash
+    of the rows that does not depend on their order or partitioning (it differs from the hash
+    of the same log read in memory, which depends on the order of the rows).
     """
     method = check_choice(method, METHODS, "method")
-    log = read_log(data, instance=instance, arm=arm, reward=reward, features=features)
+    log = _read_data(
+        data, instance=instance, arm=arm, reward=reward, features=features, scheduler=scheduler
+    )
+    if isinstance(log, LogSummary):
+        check_rows, check_vary = check_summary_rows, _check_rewards_vary_stats
+    else:
+        check_rows, check_vary = check_min_rows, _check_rewards_vary
     d = log.n_features
     if lam is None:
         lam = 0.0 if method == "ml" else 1e-3
     lam = check_scalar(lam, "lam", low=0.0, low_inclusive=method == "ml")
     if method == "eb":
-        check_min_rows(
-            log, per_arm=d + 2, instances_per_arm=2, min_rows_per_instance=d, method="eb"
-        )
-        _check_rewards_vary(log)
+        check_rows(log, per_arm=d + 2, instances_per_arm=2, min_rows_per_instance=d, method="eb")
+        check_vary(log)
         options = eb_options if eb_options is not None else EBOptions(eb_iters=20)
         if not isinstance(options, EBOptions):
             raise TypeError("eb_options must be an EBOptions instance")
@@ -361,13 +511,11 @@ def fit_prior(
             random_seed = resolve_sampler(sampler, SamplerConfig()).random_seed
         return _fit_eb(log, lam, options, random_seed)
     if method == "ml":
-        check_min_rows(
-            log, per_arm=d + 1, instances_per_arm=2, min_rows_per_instance=1, method="ml"
-        )
-        _check_rewards_vary(log)
+        check_rows(log, per_arm=d + 1, instances_per_arm=2, min_rows_per_instance=1, method="ml")
+        check_vary(log)
         return _fit_ml(log, lam, check_scalar(ml_tol, "ml_tol", low=0.0, low_inclusive=False))
-    check_min_rows(log, per_arm=1, method="mcmc")
-    _check_rewards_vary(log)
+    check_rows(log, per_arm=1, method="mcmc")
+    check_vary(log)
     config = resolve_sampler(
         sampler,
         SamplerConfig(),
