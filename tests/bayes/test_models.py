@@ -165,6 +165,20 @@ def test_instance_loglik_is_the_joint_gaussian_density_of_the_rows(small_log, si
     )
 
 
+def test_instance_loglik_is_the_same_whatever_the_split_over_threads(small_log, monkeypatch):
+    """The draws are split over the cores: one thread or many, the same numbers."""
+    from hierbandit.bayes import models
+    from hierbandit.stats import threads
+
+    beta0, Sigma, sigma = _draws(small_log, 7, np.random.default_rng(4), False)
+    got = {}
+    for n in (1, 2, 5):
+        monkeypatch.setattr(threads, "available_threads", lambda n=n: n)
+        got[n] = models.instance_loglik(small_log, beta0, Sigma, sigma)
+    np.testing.assert_array_equal(got[1], got[2])
+    np.testing.assert_array_equal(got[1], got[5])
+
+
 def test_instance_loglik_sums_to_the_potential_with_the_shared_mean_given(small_log):
     """Summed over instances at fixed (β₀, Σ, σ): the collapsed model's potential with beta0."""
     from hierbandit.bayes.models import instance_loglik
