@@ -18,6 +18,7 @@ display of the library's log records and progress (:mod:`hierbandit.cli._render`
 from __future__ import annotations
 
 import enum
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -323,13 +324,21 @@ def fit_prior_cmd(
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
     _print_ignored_columns(log.ignored_columns)
+    what = (
+        f"fitting the prior ({method.value}) to {log.n_rows:,} rows, {log.n_instances:,} "
+        f"instances, {log.n_arms} arm{'s' if log.n_arms > 1 else ''}"
+    )
     try:
-        if sys.stderr.isatty():
+        if sys.stderr.isatty() and method is not Method.mcmc:
             from rich.console import Console
 
-            with Console(stderr=True).status(f"fitting the prior ({method.value}) …"):
+            with Console(stderr=True).status(f"{what} …"):
                 prior = fit_prior(log, **kwargs)
         else:
+            # MCMC: the sampler's own bar (draws, speed, time left) and the renderer's bars of
+            # the steps after it (exact draws, log-likelihood) show the progress; a spinner on
+            # top of them would fight them for the terminal
+            logging.getLogger(__name__).info(what)
             prior = fit_prior(log, **kwargs)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
