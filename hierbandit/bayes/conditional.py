@@ -18,6 +18,7 @@ of the Monte-Carlo standard error (``docs/bayes.md`` §6).
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import time
 from dataclasses import dataclass, field
@@ -31,8 +32,10 @@ import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
 
+from hierbandit._progress import progress_task
 from hierbandit._validation import (
     _as_float_array,
+    check_bool,
     check_choice,
     check_covariance,
     check_scalar,
@@ -56,10 +59,11 @@ __all__ = [
 
 _PARAMETERIZATIONS = ("noncentered", "centered")
 
-#: NUTS settings of :func:`compare_closed_form` unless given: ``SamplerConfig()`` with 2,000
-#: draws per chain, twice the default, so that the Monte-Carlo standard errors the comparison is
-#: measured in are small next to the posterior standard deviations
-CLOSED_FORM_SAMPLER = SamplerConfig(draws=2000)
+#: NUTS settings of :func:`compare_closed_form` unless given: the package's direct numpyro
+#: driver (docs/decisions/bayes.md, B13) with 2,000 draws per chain, twice the default, so that
+#: the Monte-Carlo standard errors the comparison is measured in are small next to the posterior
+#: standard deviations (B11)
+CLOSED_FORM_SAMPLER = SamplerConfig(draws=2000, nuts_sampler="numpyro", driver="direct")
 _LOG_ATTRS = ("X", "y", "instance", "arm", "n_instances", "n_arms", "n_features")
 
 
@@ -125,9 +129,96 @@ def _check_hyperparameters(
     return Sigma, s2, lam
 
 
+# --------------------------------------------------------------------------- cells
+@dataclass(frozen=True)
+class _Cells:
+    """The coefficient vectors a model samples, one per *cell*.
+
+    Without collapsing, every (arm, instance) pair is a cell, arm by arm. With ``collapse_empty``
+    the cells are the pairs with rows (arm by arm, instances in order), then one *representative*
+    per arm that has instances without rows, standing for all of them.
+    """
+
+    arm: np.ndarray  # (M,) arm code of each cell
+    instance: np.ndarray  # (M,) instance code, -1 for a representative
+    n_instances: np.ndarray  # (M,) how many instances the cell stands for (1, or n)
+    labels: list[str]  # (M,) "arm, instance" or "arm, instances without data (n=…)"
+    of_row: np.ndarray  # (T,) the cell of every row
+    counts: np.ndarray  # (K, N) rows per (arm, instance)
+    collapsed: bool  # built with collapse_empty (the cells are a dimension of their own)
+
+
+def _without_data(n: int) -> str:
+    return f"instances without data (n={n})"
+
+
+def _cells_from_counts(
+    counts: np.ndarray, arm_labels: list[Any], instance_labels: list[Any], collapse_empty: bool
+) -> _Cells:
+    """The cells of a log with ``counts[k, j]`` rows per (arm, instance); ``of_row`` is left
+    empty (:func:`_cells` fills it)."""
+    K, N = counts.shape
+    if collapse_empty:
+        kk, jj = np.nonzero(counts)  # arm by arm, instances in order
+    else:
+        kk, jj = np.divmod(np.arange(K * N), N)
+    arm, inst, n = [kk], [jj], [np.ones(kk.size, dtype=np.int64)]
+    if collapse_empty:
+        empty = (counts == 0).sum(axis=1)
+        rep = np.nonzero(empty)[0]
+        arm.append(rep)
+        inst.append(np.full(rep.size, -1, dtype=np.int64))
+        n.append(empty[rep])
+    arm_, inst_, n_ = np.concatenate(arm), np.concatenate(inst), np.concatenate(n)
+    labels = [
+        f"{arm_labels[k]}, {instance_labels[j]}"
+        if j >= 0
+        else f"{arm_labels[k]}, {_without_data(m)}"
+        for k, j, m in zip(arm_.tolist(), inst_.tolist(), n_.tolist(), strict=True)
+    ]
+    none = np.zeros(0, dtype=np.int64)
+    return _Cells(arm_, inst_, n_, labels, none, counts, collapse_empty)
+
+
+def _cells(a: dict[str, Any], collapse_empty: bool) -> _Cells:
+    """The cells of the log ``a`` (:func:`_log_arrays`) and the cell of each of its rows."""
+    counts = np.zeros((a["K"], a["N"]), dtype=np.int64)
+    np.add.at(counts, (a["arm"], a["instance"]), 1)
+    cells = _cells_from_counts(counts, a["arm_labels"], a["instance_labels"], collapse_empty)
+    cell_of = np.full(counts.shape, -1, dtype=np.int64)
+    data = cells.instance >= 0
+    cell_of[cells.arm[data], cells.instance[data]] = np.nonzero(data)[0]
+    return dataclasses.replace(cells, of_row=cell_of[a["arm"], a["instance"]])
+
+
+def _coefficients(
+    beta0_c: Any, free: Any, basis: np.ndarray, mask: np.ndarray | None, expand: Any
+) -> tuple[Any, Any]:
+    """Each cell's β from its arm's β₀ (gathered per cell, ``(..., M, d)``) and its free
+    variable ``(..., M, d)``; returns ``(beta, eta_mean)``.
+
+    Non-centred (``mask is None``): β = β₀ + L z with ``basis`` = L_kᵀ per cell (M, d, d).
+    Centred: ``basis`` = U_k per cell, ``mask`` the directions with w > 0; the eigen-coordinates
+    are η where w > 0 and (U_kᵀβ₀) elsewhere, and ``eta_mean`` = mask · U_kᵀβ₀ is η's prior mean.
+    Only elementwise products and sums, so that NumPy and PyTensor (``expand``: their
+    ``expand_dims``) run the same code and the JAX backend accepts it.
+    """
+    if mask is None:
+        return beta0_c + (expand(free, -1) * basis).sum(axis=-2), None
+    m = (expand(beta0_c, -1) * basis).sum(axis=-2)  # U_kᵀ β₀ per cell
+    coef = mask * free + (1.0 - mask) * m
+    return (basis * expand(coef, -2)).sum(axis=-1), mask * m
+
+
 # --------------------------------------------------------------------------- the model
 def conditional_model(
-    log: Any, Sigma: Any, sigma2: Any, lam: float, *, parameterization: str = "noncentered"
+    log: Any,
+    Sigma: Any,
+    sigma2: Any,
+    lam: float,
+    *,
+    parameterization: str = "noncentered",
+    collapse_empty: bool = False,
 ) -> pm.Model:
     """The ebm two-level model of every arm with the hyperparameters held fixed.
 
@@ -145,15 +236,20 @@ def conditional_model(
         flat (improper) prior, and the data must then identify every shared mean.
     parameterization : {"noncentered", "centered"}
         How the instance coefficients are sampled (see Notes). Both define the same model.
+    collapse_empty : bool
+        Sample one coefficient vector per arm for all the instances without rows in that arm
+        instead of one per instance (see Notes). Default ``False``: every (arm, instance).
 
     Returns
     -------
     pymc.Model
-        Coordinates ``arm``, ``instance``, ``feature`` (the log's labels and feature names) and
-        ``row``. Free variables: ``beta0`` (arm, feature) and, non-centred, the standard-normal
-        ``z`` (arm, instance, feature) or, centred, ``eta`` (arm, instance, feature); deterministic
-        ``beta`` (arm, instance, feature); observed ``y`` (row). The design matrix and the row
-        codes are stored as data ``X``, ``arm_idx`` and ``instance_idx``.
+        Coordinates ``arm``, ``feature`` (the log's labels and feature names), ``row`` and
+        either ``instance`` or, with ``collapse_empty``, ``cell``. Free variables: ``beta0``
+        (arm, feature) and, non-centred, the standard-normal ``z`` or, centred, ``eta``, with
+        the dims of the deterministic ``beta``: (arm, instance, feature), or (cell, feature)
+        with ``collapse_empty``; observed ``y`` (row). The design matrix and the row codes are
+        stored as data ``X``, ``arm_idx`` and ``instance_idx`` (or ``cell_idx``).
+        ``model.hb_meta["trace_vars"]`` is ``["beta0", "beta"]``.
 
     Notes
     -----
@@ -169,48 +265,115 @@ def conditional_model(
       best when the instances have much data, where the non-centred posterior is a narrow ridge
       in (β₀, z) that a diagonal mass matrix mixes slowly.
 
-    The likelihood gathers ``beta[arm_idx, instance_idx]`` for all rows at once; the algebra
-    uses broadcasting and ``pt.matmul`` only (PyTensor's JAX backend rejects ``pt.einsum``).
+    **Collapsing instances without data.** An instance j with no rows in arm k enters the model
+    only through β_{k,j} | β_{k0} ~ N(β_{k0}, Σ_k), independently of every other coefficient:
+    integrating it out leaves the rest of the posterior unchanged, and all such instances share
+    one marginal posterior, N(β̂_{k0}, Φ_k + Σ_k). With ``collapse_empty`` the model has one
+    cell per (arm, instance) with rows and, for every arm with instances without rows, one
+    representative cell ``"<arm>, instances without data (n=<count>)"`` whose β has exactly
+    that shared marginal. The cells are the dimension ``cell``, labelled ``"<arm>, <instance>"``
+    (ArviZ then labels a parameter ``beta[<arm>, <instance>, <feature>]`` as without
+    collapsing). On a log where most users rated a few of the arms this removes most of the
+    parameters.
+
+    The likelihood gathers each row's coefficient vector for all rows at once; the algebra
+    uses broadcasting, products and sums only (PyTensor's JAX backend rejects ``pt.einsum``).
     """
     check_choice(parameterization, _PARAMETERIZATIONS, "parameterization")
+    collapse_empty = check_bool(collapse_empty, "collapse_empty")
     log = _as_log(log)
     a = _log_arrays(log)
-    K, d = a["K"], a["d"]
-    Sigma, s2, lam = _check_hyperparameters(Sigma, sigma2, lam, K, d)
+    Sigma, s2, lam = _check_hyperparameters(Sigma, sigma2, lam, a["K"], a["d"])
+    return _build_model(a, Sigma, s2, lam, parameterization, _cells(a, collapse_empty))
+
+
+def _build_model(
+    a: dict[str, Any],
+    Sigma: np.ndarray,
+    s2: np.ndarray,
+    lam: float,
+    parameterization: str,
+    cells: _Cells,
+) -> pm.Model:
+    K, N, d = a["K"], a["N"], a["d"]
+    collapsed = cells.collapsed
     w, U = np.linalg.eigh(Sigma)
     w = np.clip(w, 0.0, None)
     sigma = np.sqrt(s2)
-    coords = {
+    coords: dict[str, Any] = {
         "arm": a["arm_labels"],
-        "instance": a["instance_labels"],
         "feature": a["features"],
         "row": np.arange(a["y"].shape[0]),
     }
+    if collapsed:
+        coords["cell"] = cells.labels
+        dims_b: tuple[str, ...] = ("cell", "feature")
+        shape_b: tuple[int, ...] = (cells.arm.size, d)
+    else:
+        coords["instance"] = a["instance_labels"]
+        dims_b = ("arm", "instance", "feature")
+        shape_b = (K, N, d)
+    M = cells.arm.size
+    if parameterization == "noncentered":
+        basis = (np.sqrt(w)[:, :, None] * np.swapaxes(U, -1, -2))[cells.arm]  # L_kᵀ per cell
+        mask = None
+        sd = None
+    else:
+        pos = w > 1e-12 * np.maximum(1.0, w.max(axis=-1, keepdims=True))  # (K, d)
+        basis = U[cells.arm]
+        mask = pos[cells.arm].astype(float)
+        sd = np.where(pos, np.sqrt(w), 1.0)[cells.arm]
     with pm.Model(coords=coords) as model:
         X = pm.Data("X", a["X"], dims=("row", "feature"))
         arm_idx = pm.Data("arm_idx", a["arm"], dims="row")
-        inst_idx = pm.Data("instance_idx", a["instance"], dims="row")
+        if collapsed:
+            cell_idx = pm.Data("cell_idx", cells.of_row, dims="row")
+        else:
+            inst_idx = pm.Data("instance_idx", a["instance"], dims="row")
         if lam > 0:
             beta0 = pm.Normal("beta0", 0.0, sigma=lam**-0.5, dims=("arm", "feature"))
         else:
             beta0 = pm.Flat("beta0", dims=("arm", "feature"))
-        dims_b = ("arm", "instance", "feature")
-        if parameterization == "noncentered":
-            # (K, N, d) @ (K, d, d): row j of arm k is (L_k z_{k,j})ᵀ with L_kᵀ = diag(√w) U_kᵀ
-            L_T = np.sqrt(w)[:, :, None] * np.swapaxes(U, -1, -2)
-            z = pm.Normal("z", 0.0, 1.0, dims=dims_b)
-            beta = beta0[:, None, :] + pt.matmul(z, pt.constant(L_T))
+        beta0_c = beta0[pt.constant(cells.arm)]
+        if mask is None:
+            free = pm.Normal("z", 0.0, 1.0, dims=dims_b)
+            beta, _ = _coefficients(
+                beta0_c, free.reshape((M, d)), pt.constant(basis), None, pt.expand_dims
+            )
         else:
-            pos = w > 1e-12 * np.maximum(1.0, w.max(axis=-1, keepdims=True))  # (K, d)
-            m = pt.matmul(beta0[:, None, :], pt.constant(U))  # (K, 1, d): (U_kᵀ β_{k0})ᵀ
-            mask = pt.constant(pos[:, None, :].astype(float))
-            sd = np.where(pos, np.sqrt(w), 1.0)[:, None, :]
-            eta = pm.Normal("eta", mu=mask * m, sigma=pt.constant(sd), dims=dims_b)
-            coef = mask * eta + (1.0 - mask) * m  # eigen-coordinates of β_{k,j}
-            beta = pt.matmul(coef, pt.constant(np.swapaxes(U, -1, -2)))
-        beta = pm.Deterministic("beta", beta, dims=dims_b)
-        mu = (X * beta[arm_idx, inst_idx]).sum(axis=-1)
+            _, eta_mean = _coefficients(
+                beta0_c, pt.zeros((M, d)), pt.constant(basis), pt.constant(mask), pt.expand_dims
+            )
+            free = pm.Normal(
+                "eta", mu=eta_mean.reshape(shape_b), sigma=pt.constant(sd.reshape(shape_b)),
+                dims=dims_b,
+            )  # fmt: skip
+            beta, _ = _coefficients(
+                beta0_c, free.reshape((M, d)), pt.constant(basis), pt.constant(mask),
+                pt.expand_dims,
+            )  # fmt: skip
+        beta = pm.Deterministic("beta", beta.reshape(shape_b), dims=dims_b)
+        row_beta = beta[cell_idx] if collapsed else beta[arm_idx, inst_idx]
+        mu = (X * row_beta).sum(axis=-1)
         pm.Normal("y", mu=mu, sigma=pt.constant(sigma)[arm_idx], observed=a["y"], dims="row")
+
+    free_name = "z" if mask is None else "eta"
+
+    def constrain(model: pm.Model, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The stored variables from the unconstrained draws (the direct driver's map)."""
+        b0 = np.asarray(raw["beta0"])
+        f = np.asarray(raw[free_name])
+        lead = f.shape[: f.ndim - len(shape_b)]
+        beta, _ = _coefficients(
+            b0[..., cells.arm, :], f.reshape(*lead, M, d), basis, mask, np.expand_dims
+        )
+        return {"beta0": b0, free_name: f, "beta": beta.reshape(*lead, *shape_b)}
+
+    model.hb_meta = {  # type: ignore[attr-defined]
+        "trace_vars": ["beta0", "beta"],
+        "finite_init": True,  # proper Gaussians (or a flat β₀): every jittered point is finite
+        "constrain": constrain,
+    }
     return model
 
 
@@ -295,6 +458,7 @@ _TABLE_COLUMNS = [
     "arm",
     "instance",
     "feature",
+    "n_instances",
     "closed_mean",
     "closed_sd",
     "mcmc_mean",
@@ -316,23 +480,33 @@ class ClosedFormComparison:
     Attributes
     ----------
     table : pandas.DataFrame
-        One row per scalar parameter (``beta[arm, instance, feature]`` and
-        ``beta0[arm, feature]``), indexed by that name, with columns ``variable``, ``arm``,
-        ``instance`` (``None`` for ``beta0``), ``feature``, ``closed_mean``, ``closed_sd``,
-        ``mcmc_mean``, ``mcmc_sd``, ``mcse_mean``, ``mcse_sd`` (ArviZ :func:`arviz.mcse`),
-        ``z_mean = (mcmc_mean − closed_mean) / mcse_mean``, ``z_sd`` likewise, ``r_hat``,
-        ``ess_bulk`` and ``ok = |z_mean| ≤ tolerance and |z_sd| ≤ tolerance``.
+        One row per scalar parameter compared, indexed by its name: ``beta[arm, instance,
+        feature]`` for an instance with rows in the arm, ``beta[arm, instances without data
+        (n=37), feature]`` once per arm for all its instances without rows (collapsed, the
+        default; without collapsing one row per instance), and ``beta0[arm, feature]``. Columns
+        ``variable`` (``"beta"`` or ``"beta0"``), ``arm``, ``instance`` (``None`` for a
+        collapsed row and for ``beta0``), ``feature``, ``n_instances`` (how many instances the
+        row stands for; ``<NA>`` for ``beta0``), ``closed_mean``, ``closed_sd``, ``mcmc_mean``,
+        ``mcmc_sd``, ``mcse_mean``, ``mcse_sd`` (ArviZ :func:`arviz.mcse`), ``z_mean =
+        (mcmc_mean − closed_mean) / mcse_mean``, ``z_sd`` likewise, ``r_hat``, ``ess_bulk`` and
+        ``ok = |z_mean| ≤ tolerance and |z_sd| ≤ tolerance``. A collapsed row's closed-form
+        values are those of the instance it stands for that lies farthest from the MCMC
+        estimate (they are all equal when the formulas are right).
     idata : xarray.DataTree
-        The MCMC run of :func:`conditional_model` (ArviZ's layout: ``posterior``,
-        ``sample_stats``).
+        The MCMC run of :func:`conditional_model` (ArviZ's layout: ``posterior`` with ``beta0``
+        and ``beta``, ``sample_stats``). Collapsed, ``beta`` has dims (cell, feature) (the cells
+        of :func:`conditional_model`); otherwise (arm, instance, feature).
     closed_form : xarray.Dataset
-        :func:`closed_form_posterior` on the same data and hyperparameters.
+        :func:`closed_form_posterior` on the same data and hyperparameters (every instance,
+        collapsed or not).
     diagnostics : Diagnostics
         Convergence diagnostics of the run (:func:`~hierbandit.bayes.diagnose`).
     tolerance : float
         The ``|z|`` bound of the ``ok`` column.
     settings : dict
-        Sampler settings and the sampling wall time in seconds (``"wall_time"``).
+        Sampler settings, the sampling wall time in seconds (``"wall_time"``, compilation
+        included) and the wall time of every phase (``"timings"``: ``closed_form``, ``model``,
+        ``sampling``, ``table``, ``diagnostics``).
     """
 
     table: pd.DataFrame
@@ -344,7 +518,7 @@ class ClosedFormComparison:
 
     @property
     def n_params(self) -> int:
-        """Number of scalar parameters compared."""
+        """Number of scalar parameters compared (rows of :attr:`table`)."""
         return len(self.table)
 
     @property
@@ -370,7 +544,8 @@ class ClosedFormComparison:
         return "agree" if self.all_ok else "mismatch"
 
     def worst(self, n: int = 5) -> pd.DataFrame:
-        """The ``n`` parameters with the largest ``max(|z_mean|, |z_sd|)``."""
+        """The ``n`` parameters with the largest ``max(|z_mean|, |z_sd|)`` (a collapsed row
+        counts once)."""
         key = self.table[["z_mean", "z_sd"]].abs().max(axis=1)
         return self.table.loc[key.sort_values(ascending=False).index[:n]]
 
@@ -380,12 +555,21 @@ class ClosedFormComparison:
         Returns
         -------
         pandas.DataFrame
-            One row per ``beta[arm, instance]`` and ``beta0[arm]`` vector with ``rel_frobenius``
-            = ‖Ĉ_MCMC − C‖_F / ‖C‖_F and the smallest and largest variance ratio
-            ``var_ratio_min``/``var_ratio_max`` (MCMC over closed form).
+            One row per sampled ``beta[arm, instance]`` vector (a collapsed
+            ``beta[arm, instances without data (n=…)]`` once, with ``instance`` ``None``) and
+            ``beta0[arm]`` vector, with ``rel_frobenius`` = ‖Ĉ_MCMC − C‖_F / ‖C‖_F and the
+            smallest and largest variance ratio ``var_ratio_min``/``var_ratio_max`` (MCMC over
+            closed form).
         """
         post = self.idata.posterior
         cf = self.closed_form
+        arms = cf["arm"].to_numpy().tolist()
+        insts = cf["instance"].to_numpy().tolist()
+        cells = _table_cells(post, cf)
+        beta = post["beta"].to_numpy()
+        beta = beta.reshape(*beta.shape[:2], -1, beta.shape[-1])  # (chain, draw, cell, d)
+        beta0 = post["beta0"].transpose("chain", "draw", "arm", "feature").to_numpy()
+        cov = cf["cov"].to_numpy()
         rows = []
 
         def add(name: str, draws: np.ndarray, C: np.ndarray, arm: Any, inst: Any) -> None:
@@ -403,13 +587,17 @@ class ClosedFormComparison:
                 }
             )
 
-        beta = post["beta"].transpose("chain", "draw", "arm", "instance", "feature").to_numpy()
-        beta0 = post["beta0"].transpose("chain", "draw", "arm", "feature").to_numpy()
-        for k, arm in enumerate(cf["arm"].to_numpy().tolist()):
-            for j, inst in enumerate(cf["instance"].to_numpy().tolist()):
-                add(f"beta[{arm}, {inst}]", beta[:, :, k, j], cf["cov"].to_numpy()[k, j], arm, inst)
+        for c, (k, j) in enumerate(zip(cells.arm.tolist(), cells.instance.tolist(), strict=True)):
+            member = j if j >= 0 else int(np.argmin(cells.counts[k]))  # an instance without rows
+            inst = insts[j] if j >= 0 else None
+            add(f"beta[{cells.labels[c]}]", beta[:, :, c], cov[k, member], arms[k], inst)
+        for k, arm in enumerate(arms):
             add(f"beta0[{arm}]", beta0[:, :, k], cf["shared_cov"].to_numpy()[k], arm, None)
-        return pd.DataFrame(rows).set_index("vector")
+        out = pd.DataFrame(rows).set_index("vector")
+        out["instance"] = pd.Series(
+            [r["instance"] for r in rows], index=out.index, dtype=object
+        )  # None, not NaN, for beta0 and a collapsed vector
+        return out
 
     def plot(self, path: str | Path | None = None) -> Figure:
         """z-scores per parameter and closed-form vs MCMC means.
@@ -422,8 +610,9 @@ class ClosedFormComparison:
         Returns
         -------
         matplotlib.figure.Figure
-            Left: ``z_mean`` and ``z_sd`` of every parameter with the ±``tolerance`` band.
-            Right: MCMC mean against closed-form mean (±2 MCSE bars) with the identity line.
+            Left: ``z_mean`` and ``z_sd`` of every parameter (a collapsed row once) with the
+            ±``tolerance`` band. Right: MCMC mean against closed-form mean (±2 MCSE bars) with
+            the identity line.
         """
         from matplotlib.figure import Figure
 
@@ -447,6 +636,17 @@ class ClosedFormComparison:
                 color="tab:red",
                 ms=8,
                 label="outside",
+            )
+        collapsed = ((t["variable"] == "beta") & t["instance"].isna()).to_numpy()
+        if collapsed.any():
+            ax_z.plot(
+                x[collapsed],
+                t["z_mean"].to_numpy()[collapsed],
+                "^",
+                mfc="none",
+                color="tab:purple",
+                ms=7,
+                label="instances without data",
             )
         if len(t) <= 40:
             ax_z.set_xticks(x, list(t.index), rotation=90, fontsize=7)
@@ -491,41 +691,93 @@ class ClosedFormComparison:
         )
 
 
+def _table_cells(post: xr.Dataset | xr.DataTree, cf: xr.Dataset) -> _Cells:
+    """The cells of a run's ``beta`` (collapsed when it has a ``cell`` dimension)."""
+    cells = _cells_from_counts(
+        cf["n_rows"].to_numpy(),
+        cf["arm"].to_numpy().tolist(),
+        cf["instance"].to_numpy().tolist(),
+        "cell" in post["beta"].dims,
+    )
+    if cells.collapsed and cells.labels != [str(c) for c in post["beta"]["cell"].to_numpy()]:
+        raise ValueError("the run's cells do not match the closed form's rows per cell")
+    return cells
+
+
 def _comparison_table(idata: xr.DataTree, cf: xr.Dataset, tolerance: float) -> pd.DataFrame:
+    """The comparison, one row per parameter (:attr:`ClosedFormComparison.table`)."""
     post = idata["posterior"].to_dataset()[["beta", "beta0"]]
+    cells = _table_cells(post, cf)
+    arms = cf["arm"].to_numpy().tolist()
+    insts = cf["instance"].to_numpy().tolist()
+    feats = cf["feature"].to_numpy().tolist()
+    M, d, K = cells.arm.size, len(feats), len(arms)
+    labels_b = [f"beta[{lab}, {f}]" for lab in cells.labels for f in feats]
+    labels_0 = [f"beta0[{arm}, {f}]" for arm in arms for f in feats]
+    order = ("cell", "feature") if cells.collapsed else ("arm", "instance", "feature")
+
+    def flat(ds: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
+        return (
+            ds["beta"].transpose(*order).to_numpy().reshape(M, d),
+            ds["beta0"].transpose("arm", "feature").to_numpy().reshape(K, d),
+        )
+
     sample_dims = ("chain", "draw")
-    mc_mean = post.mean(sample_dims)
-    mc_sd = post.std(sample_dims, ddof=1)
-    se_mean = az.mcse(post, method="mean")
-    se_sd = az.mcse(post, method="sd")
-    rhat = az.rhat(post)
-    ess = az.ess(post, method="bulk")
-    closed = {
-        "beta": (cf["mean"], cf["sd"]),
-        "beta0": (cf["shared_mean"], cf["shared_sd"]),
+    stats = {
+        "mcmc_mean": flat(post.mean(sample_dims)),
+        "mcmc_sd": flat(post.std(sample_dims, ddof=1)),
     }
-    frames = []
-    for var, dims in (("beta", ("arm", "instance", "feature")), ("beta0", ("arm", "feature"))):
-        cols = {}
+    # ArviZ's functions on each variable: az.summary of a Dataset whose variables order their
+    # dimensions differently (beta0 (arm, feature), beta (cell, feature)) pairs some labels with
+    # another parameter's values (arviz-stats 1.3.3)
+    stats["mcse_mean"] = flat(az.mcse(post, method="mean"))
+    stats["mcse_sd"] = flat(az.mcse(post, method="sd"))
+    stats["r_hat"] = flat(az.rhat(post))
+    stats["ess_bulk"] = flat(az.ess(post, method="bulk"))
+    b = {name: v[0] for name, v in stats.items()}
 
-        def flat(da: xr.DataArray, dims: tuple[str, ...] = dims) -> np.ndarray:
-            return da.transpose(*dims).to_numpy().ravel()
+    # beta: one row per (cell, feature)
+    mean, sd = cf["mean"].to_numpy(), cf["sd"].to_numpy()
+    closed_mean = np.empty((M, d))
+    closed_sd = np.empty((M, d))
+    data = cells.instance >= 0
+    closed_mean[data] = mean[cells.arm[data], cells.instance[data]]
+    closed_sd[data] = sd[cells.arm[data], cells.instance[data]]
+    for c in np.flatnonzero(~data):
+        # the instances without rows the cell stands for: each one's closed form (equal by
+        # construction) against the one sampled vector; the row keeps the farthest
+        k = cells.arm[c]
+        members = np.flatnonzero(cells.counts[k] == 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            zm = np.abs(b["mcmc_mean"][c] - mean[k, members]) / b["mcse_mean"][c]
+            zs = np.abs(b["mcmc_sd"][c] - sd[k, members]) / b["mcse_sd"][c]
+        far = np.argmax(np.nan_to_num(np.fmax(zm, zs), nan=np.inf), axis=0)
+        closed_mean[c] = mean[k, members[far], np.arange(d)]
+        closed_sd[c] = sd[k, members[far], np.arange(d)]
+    beta = pd.DataFrame({name: v.ravel() for name, v in b.items()}, index=labels_b)
+    beta.insert(0, "variable", "beta")
+    beta.insert(1, "arm", [arms[k] for k in cells.arm.tolist() for _ in range(d)])
+    inst = [insts[j] if j >= 0 else None for j in cells.instance.tolist()]
+    beta.insert(2, "instance", pd.Series([v for v in inst for _ in range(d)], dtype=object,
+                                         index=beta.index))  # fmt: skip
+    beta.insert(3, "feature", feats * M)
+    beta.insert(4, "n_instances", np.repeat(cells.n_instances, d))
+    beta.insert(5, "closed_mean", closed_mean.ravel())
+    beta.insert(6, "closed_sd", closed_sd.ravel())
 
-        cm, cs = closed[var]
-        cols["closed_mean"], cols["closed_sd"] = flat(cm), flat(cs)
-        cols["mcmc_mean"], cols["mcmc_sd"] = flat(mc_mean[var]), flat(mc_sd[var])
-        cols["mcse_mean"], cols["mcse_sd"] = flat(se_mean[var]), flat(se_sd[var])
-        cols["r_hat"], cols["ess_bulk"] = flat(rhat[var]), flat(ess[var])
-        grid = np.meshgrid(*(cf[dm].to_numpy() for dm in dims), indexing="ij")
-        labels = [g.ravel().tolist() for g in grid]
-        frame = pd.DataFrame(cols)
-        frame.insert(0, "variable", var)
-        frame.insert(1, "arm", labels[0])
-        frame.insert(2, "instance", labels[1] if var == "beta" else [None] * len(frame))
-        frame.insert(3, "feature", labels[-1])
-        frame.index = [f"{var}[{', '.join(map(str, lab))}]" for lab in zip(*labels, strict=True)]
-        frames.append(frame)
-    table = pd.concat(frames)
+    # beta0: one row per (arm, feature)
+    beta0 = pd.DataFrame({name: v[1].ravel() for name, v in stats.items()}, index=labels_0)
+    beta0.insert(0, "variable", "beta0")
+    beta0.insert(1, "arm", [arm for arm in arms for _ in range(d)])
+    beta0.insert(2, "instance", pd.Series([None] * len(beta0), dtype=object, index=beta0.index))
+    beta0.insert(3, "feature", feats * K)
+    beta0.insert(4, "n_instances", pd.NA)
+    beta0.insert(5, "closed_mean", cf["shared_mean"].to_numpy().ravel())
+    beta0.insert(6, "closed_sd", cf["shared_sd"].to_numpy().ravel())
+
+    table = pd.concat([beta, beta0])
+    table["n_instances"] = table["n_instances"].astype("Int64")
+    table["instance"] = table["instance"].astype(object).where(table["instance"].notna(), None)
     table.index.name = "parameter"
     with np.errstate(divide="ignore", invalid="ignore"):
         table["z_mean"] = (table["mcmc_mean"] - table["closed_mean"]) / table["mcse_mean"]
@@ -534,12 +786,55 @@ def _comparison_table(idata: xr.DataTree, cf: xr.Dataset, tolerance: float) -> p
     return table[_TABLE_COLUMNS]
 
 
+def _from_prior(prior: Any, log: Any, lam: Any) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Σ_k, σ²_k of a :class:`~hierbandit.bayes.HierarchicalPrior` in the log's arm and feature
+    order, and λ (``lam`` when given, else the one its fit recorded)."""
+    from hierbandit.bayes.prior import HierarchicalPrior
+
+    if not isinstance(prior, HierarchicalPrior):
+        raise TypeError(f"prior must be a HierarchicalPrior, got {type(prior).__name__}")
+    ds = prior.dataset
+    mine = {"arm": list(ds["arm"].to_numpy().tolist()), "feature": list(prior.features)}
+    theirs = {
+        "arm": np.asarray(log.arm_labels).tolist()
+        if getattr(log, "arm_labels", None) is not None
+        else list(range(int(log.n_arms))),
+        "feature": [str(f) for f in log.features]
+        if getattr(log, "features", None) is not None
+        else [str(i) for i in range(int(log.n_features))],
+    }
+    for dim, what in (("arm", "arms"), ("feature", "features")):
+        if sorted(map(str, mine[dim])) != sorted(map(str, theirs[dim])) or len(
+            set(map(str, mine[dim]))
+        ) != len(mine[dim]):
+            raise ValueError(
+                f"prior does not match the log: its {what} are {mine[dim]}, the log's are "
+                f"{theirs[dim]}"
+            )
+    # the log's order (labels compared as text: a saved prior may hold another integer type)
+    arm_pos = {str(v): i for i, v in enumerate(mine["arm"])}
+    feat_pos = {str(v): i for i, v in enumerate(mine["feature"])}
+    ai = [arm_pos[str(v)] for v in theirs["arm"]]
+    fi = [feat_pos[str(v)] for v in theirs["feature"]]
+    Sigma = np.asarray(prior.Sigma)[np.ix_(ai, fi, fi)]
+    sigma2 = np.asarray(prior.sigma2)[ai]
+    if lam is None:
+        config = prior.provenance.get("config")
+        lam = config.get("lam") if isinstance(config, dict) else None
+        if lam is None:
+            raise ValueError(
+                "lam is required: prior records no lam in its provenance (config['lam'])"
+            )
+    return Sigma, sigma2, lam
+
+
 def compare_closed_form(
     data: Any,
-    Sigma: Any,
-    sigma2: Any,
-    lam: float,
+    Sigma: Any = None,
+    sigma2: Any = None,
+    lam: float | None = None,
     *,
+    prior: Any = None,
     sampler: SamplerConfig | None = None,
     draws: int | None = None,
     tune: int | None = None,
@@ -547,13 +842,15 @@ def compare_closed_form(
     target_accept: float | None = None,
     random_seed: int | None = None,
     nuts_sampler: str | None = None,
+    driver: str | None = None,
     instance: str = "instance",
     arm: str = "arm",
     reward: str = "reward",
     features: Any = None,
     tolerance: float = 4.0,
-    parameterization: str = "noncentered",
-    dense_mass: bool = True,
+    parameterization: str = "centered",
+    dense_mass: bool = False,
+    collapse_empty: bool = True,
     rhat_max: float = 1.01,
     ess_min: float = 400,
     progressbar: bool | None = None,
@@ -562,39 +859,49 @@ def compare_closed_form(
 ) -> ClosedFormComparison:
     """Sample the fixed-hyperparameter model with NUTS and compare it with the closed form.
 
+    Two forms::
+
+        compare_closed_form(log, prior)               # a HierarchicalPrior from fit_prior
+        compare_closed_form(log, Sigma, sigma2, lam)  # the hyperparameters themselves
+
     Parameters
     ----------
     data : DataFrame, path (CSV/Parquet), xarray.Dataset or HistoricalLog
         The log, read by :func:`hierbandit.data.read_log` with the column names ``instance``,
         ``arm``, ``reward`` and ``features``.
-    Sigma : array_like, shape (d, d) or (K, d, d)
-        Fixed covariance Σ_k of the instance coefficients (PSD, may be singular).
+    Sigma : array_like, shape (d, d) or (K, d, d), or HierarchicalPrior
+        Fixed covariance Σ_k of the instance coefficients (PSD, may be singular); or a prior
+        (the second positional argument, as ``prior=``).
     sigma2 : float or array_like, shape (K,)
-        Fixed noise variance σ_k² (> 0).
-    lam : float
-        Precision of the shared-mean hyperprior (≥ 0).
+        Fixed noise variance σ_k² (> 0); not with a prior.
+    lam : float, optional
+        Precision of the shared-mean hyperprior (≥ 0). Required with ``Sigma``; with a prior,
+        the ``lam`` its fit recorded (``prior.provenance["config"]["lam"]``) unless given.
+    prior : HierarchicalPrior, optional
+        A fitted prior (:func:`hierbandit.bayes.fit_prior`) whose Σ_k and σ²_k are held fixed.
+        Its arms and features must be the log's (in any order).
     sampler : SamplerConfig, optional
-        NUTS settings (default :data:`CLOSED_FORM_SAMPLER`: 2 chains × 2,000 draws after 1,000
-        tuning steps, ``target_accept=0.9``, seed 0, and the default route of
-        :func:`hierbandit.bayes.sample`; at least 4 draws). Every route runs through
-        :func:`hierbandit.bayes.sample`: ``pm.sample`` with any installed backend
-        (:func:`~hierbandit.bayes.available_samplers`), or ``driver="direct"`` for the
-        package's own numpyro and nutpie drivers.
-    draws, tune, chains, target_accept, random_seed, nuts_sampler, progressbar
+        NUTS settings (default :data:`CLOSED_FORM_SAMPLER`: the package's direct numpyro
+        driver, 2 chains × 2,000 draws after 1,000 tuning steps, ``target_accept=0.9``, seed 0;
+        at least 4 draws). Every route runs through :func:`hierbandit.bayes.sample`:
+        ``pm.sample`` with any installed backend (:func:`~hierbandit.bayes.available_samplers`,
+        ``driver="pymc"``), or the package's own numpyro and nutpie drivers.
+    draws, tune, chains, target_accept, random_seed, nuts_sampler, driver, progressbar
         Replace the matching fields of ``sampler`` when given.
     instance, arm, reward, features
         Column names for :func:`~hierbandit.data.read_log`.
     tolerance : float
         Largest acceptable ``|z|`` (in MCSE units) for every mean and sd (default 4).
-    parameterization : {"noncentered", "centered"}
-        Passed to :func:`conditional_model`.
+    parameterization : {"centered", "noncentered"}
+        Passed to :func:`conditional_model` (default ``"centered"``, see Notes).
     dense_mass : bool
         Adapt a dense mass matrix (numpyro ``dense_mass=True``; PyMC ``init="jitter+adapt_full"``;
-        nutpie ``adaptation="low_rank"``) unless the corresponding option is given
-        explicitly. The posterior is Gaussian, so a dense mass matrix removes its correlations
-        (between β₀ and the non-centred z when instances have much data) and NUTS mixes as on a
-        standard normal: on the ebm synthetic setting the smallest bulk ESS of 2 × 2000 draws
-        goes from about 160 (diagonal) to about 3500.
+        nutpie ``adaptation="low_rank"``) unless the corresponding option is given explicitly.
+        Default ``False`` (a diagonal one, see Notes).
+    collapse_empty : bool
+        Sample one coefficient vector per arm for all the instances without rows in it, and
+        report it once (default ``True``; see :func:`conditional_model`); ``False`` samples and
+        reports every (arm, instance).
     rhat_max, ess_min
         Diagnostic thresholds passed to :func:`~hierbandit.bayes.diagnose`.
     warn : bool
@@ -610,19 +917,53 @@ def compare_closed_form(
     Raises
     ------
     ValueError, TypeError
-        On bad hyperparameters or sampler settings, before anything is compiled or sampled.
+        On bad hyperparameters, a prior that does not match the log (naming ``prior``) or bad
+        sampler settings, before anything is compiled or sampled.
 
     Notes
     -----
-    The closed form is exact given the hyperparameters, so every ``|z|`` should look like a draw
-    from (roughly) a standard normal, which exceeds 4 with probability 6.3e-5: over the 2P
-    values of P parameters a bound of 4 fails by chance with probability about 2P × 6.3e-5
-    (2 % for 165 parameters, 6 % for 465), more when the ESS is low (the MCSE of an sd then
-    rests on few effective squared draws). Check :attr:`ClosedFormComparison.verdict`: when the
-    diagnostics fail the run is a sampler problem, not evidence against the formulas.
+    **Defaults.** A centred model, a diagonal mass matrix and the direct numpyro driver with 2 ×
+    2,000 draws: measured on logs of 30 to 500 instances with data-rich and data-poor cells
+    (docs/decisions/bayes.md, B13), this passes the diagnostics with margin in well under the
+    time of the earlier defaults (non-centred, dense mass matrix, ``pm.sample`` with nutpie),
+    which need a long adaptation of a dense matrix over every coefficient and mix slowly along
+    the ridge that data-rich instances make in the non-centred model. Those remain available:
+    ``parameterization="noncentered", dense_mass=True, driver="pymc", nuts_sampler="nutpie",
+    collapse_empty=False``.
+
+    **Instances without data** (``collapse_empty``): all the instances without rows in arm k
+    share one marginal posterior, N(β̂_{k0}, Φ_k + Σ_k); the model samples one representative
+    for them and the table reports it once, ``beta[k, instances without data (n=…), feature]``,
+    compared with the closed form of every one of them (the row keeps the farthest).
+
+    **Progress.** The direct numpyro driver reports the sampling's progress and the time left
+    as ``hierbandit.progress`` records (``pm.sample`` routes show PyMC's progress bar when
+    ``progressbar``); the comparison reports its phases as one more task of that logger, and
+    the wall time of each in ``settings["timings"]``.
+
+    **Tolerance.** The closed form is exact given the hyperparameters, so every ``|z|`` should
+    look like a draw from (roughly) a standard normal, which exceeds 4 with probability 6.3e-5:
+    over the 2P values of P parameters a bound of 4 fails by chance with probability about
+    2P × 6.3e-5 (2 % for 165 parameters, 6 % for 465), more when the ESS is low (the MCSE of an
+    sd then rests on few effective squared draws). Check :attr:`ClosedFormComparison.verdict`:
+    when the diagnostics fail the run is a sampler problem, not evidence against the formulas.
     """
     log = _as_log(data, instance=instance, arm=arm, reward=reward, features=features)
     K, d = int(log.n_arms), int(log.n_features)
+    from hierbandit.bayes.prior import HierarchicalPrior
+
+    if isinstance(Sigma, HierarchicalPrior):
+        if prior is not None:
+            raise TypeError("give the prior once: as the second argument or as prior=")
+        prior, Sigma = Sigma, None
+    if prior is not None:
+        if Sigma is not None or sigma2 is not None:
+            raise TypeError("prior replaces Sigma and sigma2: give one or the other")
+        Sigma, sigma2, lam = _from_prior(prior, log, lam)
+    elif Sigma is None or sigma2 is None or lam is None:
+        missing = [n for n, v in (("Sigma", Sigma), ("sigma2", sigma2), ("lam", lam)) if v is None]
+        raise TypeError(f"compare_closed_form needs prior, or Sigma, sigma2 and lam: {missing} "
+                        "missing")  # fmt: skip
     Sigma, s2, lam = _check_hyperparameters(Sigma, sigma2, lam, K, d)
     cfg = resolve_sampler(
         sampler,
@@ -635,6 +976,7 @@ def compare_closed_form(
         target_accept=target_accept,
         random_seed=random_seed,
         nuts_sampler=nuts_sampler,
+        driver=driver,
         progressbar=progressbar,
     )
     tolerance = check_scalar(tolerance, "tolerance", low=0.0, low_inclusive=False)
@@ -642,16 +984,37 @@ def compare_closed_form(
     check_choice(parameterization, _PARAMETERIZATIONS, "parameterization")
     if not isinstance(dense_mass, bool | np.bool_):
         raise TypeError(f"dense_mass must be a bool, got {type(dense_mass).__name__}")
-
-    closed = closed_form_posterior(log, Sigma, s2, lam)  # also rejects an improper posterior
-    model = conditional_model(log, Sigma, s2, lam, parameterization=parameterization)
+    collapse_empty = check_bool(collapse_empty, "collapse_empty")
     from hierbandit.bayes.sampling import sample
 
-    start = time.perf_counter()
-    idata = sample(model, cfg, dense_mass=bool(dense_mass))
-    wall = time.perf_counter() - start
-    table = _comparison_table(idata, closed, tolerance)
-    diag = diagnose(idata, rhat_max=rhat_max, ess_min=ess_min, warn=warn)
+    timings: dict[str, float] = {}
+    with progress_task("sampling vs closed form: phases", total=5) as phases:
+        start = time.perf_counter()
+        closed = closed_form_posterior(log, Sigma, s2, lam)  # also rejects an improper posterior
+        timings["closed_form"] = time.perf_counter() - start
+        phases.advance()
+
+        start = time.perf_counter()
+        a = _log_arrays(log)
+        cells = _cells(a, collapse_empty)
+        model = _build_model(a, Sigma, s2, lam, parameterization, cells)
+        timings["model"] = time.perf_counter() - start
+        phases.advance()
+
+        start = time.perf_counter()
+        idata = sample(model, cfg, dense_mass=bool(dense_mass))
+        timings["sampling"] = wall = time.perf_counter() - start
+        phases.advance()
+
+        start = time.perf_counter()
+        diag = diagnose(idata, rhat_max=rhat_max, ess_min=ess_min, warn=warn)
+        timings["diagnostics"] = time.perf_counter() - start
+        phases.advance()
+
+        start = time.perf_counter()
+        table = _comparison_table(idata, closed, tolerance)
+        timings["table"] = time.perf_counter() - start
+        phases.advance()
     settings = {
         "draws": cfg.draws,
         "tune": cfg.tune,
@@ -662,6 +1025,9 @@ def compare_closed_form(
         "route": cfg.label(),
         "parameterization": parameterization,
         "dense_mass": bool(dense_mass),
+        "collapse_empty": collapse_empty,
+        "lam": lam,
         "wall_time": wall,
+        "timings": timings,
     }
     return ClosedFormComparison(table, idata, closed, diag, tolerance, settings)

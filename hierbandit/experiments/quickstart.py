@@ -97,8 +97,6 @@ _log = logging.getLogger(__name__)
 
 #: ESS threshold of the sampling-vs-closed-form diagnostics (ArviZ's customary 400).
 COMPARE_ESS_MIN = 400.0
-#: the sampler route of the sampling-vs-closed-form step (see the module docstring)
-COMPARE_ROUTE = {"nuts_sampler": "numpyro", "driver": "direct"}
 #: Precision λ of the shared-mean prior in the sampling-vs-closed-form step.
 COMPARE_LAM = 1e-3
 _HDI_PROB = 0.94
@@ -454,20 +452,18 @@ def run_quickstart(
         "closed_form",
         f"Sampling vs closed form (ML hyperparameters fixed, {chains} × {compare_draws} draws)",
     ):
+        # the ML prior's Σ_k and σ²_k with λ = COMPARE_LAM; the comparison's defaults are this
+        # step's settings (centred, diagonal mass matrix, the direct numpyro driver; B11, B13)
         cmp = compare_closed_form(
             log,
-            ml.Sigma,
-            ml.sigma2,
-            COMPARE_LAM,
+            ml,
+            lam=COMPARE_LAM,
             draws=compare_draws,
             tune=compare_tune,
             chains=chains,
             random_seed=random_seed,
-            parameterization="centered",
-            dense_mass=False,
             ess_min=COMPARE_ESS_MIN,
             warn=False,
-            **COMPARE_ROUTE,
         )
         files["closed_form_table"] = out / "closed-form.csv"
         cmp.table.to_csv(files["closed_form_table"])

@@ -1,8 +1,10 @@
 """Sampling vs closed form (docs/bayes.md §6): the fixed-hyperparameter PyMC model.
 
-Fast tests: the model's log density against a brute-force joint Gaussian, the closed form's
-xarray layout, validation, and one tiny NUTS run that must agree with the closed form.
-Slow tests: the acceptance criterion of docs/bayes.md §6 on the ebm synthetic setting.
+Fast tests: the model's log density against a brute-force joint Gaussian (every instance, and
+with the instances without data collapsed), the closed form's xarray layout, validation, the
+prior-object form, and small NUTS runs that must agree with the closed form. Slow tests: the
+acceptance criterion of docs/bayes.md §6 on the ebm synthetic setting, and the defaults at 150
+instances of a sparse log (docs/decisions/bayes.md, B13).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import time
 import warnings
 
+import arviz as az
 import numpy as np
 import pandas as pd
 import pymc as pm
@@ -18,12 +21,14 @@ import scipy.stats as st
 
 from hierbandit.bayes import (
     ClosedFormComparison,
-    SamplerConfig,
     closed_form_posterior,
     compare_closed_form,
     conditional_model,
     diagnose,
 )
+from hierbandit.bayes import conditional as conditional_module
+from hierbandit.bayes import sampling as sampling_module
+from hierbandit.bayes.conditional import CLOSED_FORM_SAMPLER
 from hierbandit.data import read_log
 from hierbandit.stats import hierarchical_posterior
 
@@ -94,28 +99,49 @@ def test_tiny_comparison_agrees(tiny_comparison: ClosedFormComparison) -> None:
     assert res.max_abs_z <= 4.0
     assert res.diagnostics.ok, res.diagnostics.problems
     assert res.diagnostics.divergences == 0
-    assert res.settings["nuts_sampler"] == SamplerConfig().nuts_sampler  # the default route
-    assert res.idata["posterior"].attrs["inference_library"] == "nutpie"
+    # the default route: the direct numpyro driver, centred, diagonal mass matrix (B13)
+    assert res.settings["route"] == CLOSED_FORM_SAMPLER.label()
+    assert res.idata["posterior"].attrs["inference_library"] == "numpyro"
+    assert res.settings["parameterization"] == "centered" and res.settings["dense_mass"] is False
+    assert res.settings["collapse_empty"] is True
+    assert set(res.settings["timings"]) == {"closed_form", "model", "sampling", "table",
+                                            "diagnostics"}  # fmt: skip
     assert "ClosedFormComparison(" in repr(res)
+
+
+#: the defaults of compare_closed_form before B13: pm.sample with nutpie, non-centred, a dense
+#: mass matrix, every (arm, instance) sampled
+EARLIER_DEFAULTS = {
+    "nuts_sampler": "nutpie",
+    "driver": "pymc",
+    "parameterization": "noncentered",
+    "dense_mass": True,
+    "collapse_empty": False,
+}
 
 
 @pytest.mark.parametrize(
     "route",
     [
-        pytest.param({"nuts_sampler": "numpyro"}, id="pm-numpyro"),
-        pytest.param({"nuts_sampler": "numpyro", "driver": "direct"}, id="direct-numpyro"),
+        pytest.param({"nuts_sampler": "numpyro", "driver": "pymc"}, id="pm-numpyro"),
+        pytest.param(EARLIER_DEFAULTS, id="earlier-defaults"),
     ],
 )
 def test_every_route_agrees_with_the_closed_form(route) -> None:
-    """``pm.sample`` with numpyro (the quickstart's route) and the direct driver, both with a
-    dense mass matrix translated for the backend, agree with the closed form."""
+    """``pm.sample`` with numpyro, and the earlier defaults (``pm.sample`` with nutpie,
+    non-centred, dense mass matrix, nothing collapsed), agree with the closed form."""
     res = compare_closed_form(
         _read(_tiny_frame()), _tiny_sigma(), SIGMA2, LAM, draws=1000, tune=500,
         random_seed=5, progressbar=False, **route,
     )  # fmt: skip
     assert res.diagnostics.ok, res.diagnostics.problems
     assert res.all_ok, res.worst()
-    assert res.settings["nuts_sampler"] == "numpyro"
+    assert res.settings["nuts_sampler"] == route["nuts_sampler"]
+    if route.get("collapse_empty") is False:
+        # the earlier layout: one row per (arm, instance), instances without data included
+        assert res.idata.posterior["beta"].dims[2:] == ("arm", "instance", "feature")
+        assert "beta[3, 10, age]" in res.table.index
+        assert (res.table["n_instances"].dropna() == 1).all()
 
 
 def test_table_has_one_row_per_parameter(tiny_comparison: ClosedFormComparison) -> None:
@@ -123,8 +149,9 @@ def test_table_has_one_row_per_parameter(tiny_comparison: ClosedFormComparison) 
     K, N = len(ARM_LABELS), len(INSTANCE_LABELS)
     assert tiny_comparison.n_params == K * N * D + K * D == len(t)
     assert list(t.columns) == [
-        "variable", "arm", "instance", "feature", "closed_mean", "closed_sd", "mcmc_mean",
-        "mcmc_sd", "mcse_mean", "mcse_sd", "z_mean", "z_sd", "r_hat", "ess_bulk", "ok",
+        "variable", "arm", "instance", "feature", "n_instances", "closed_mean", "closed_sd",
+        "mcmc_mean", "mcmc_sd", "mcse_mean", "mcse_sd", "z_mean", "z_sd", "r_hat", "ess_bulk",
+        "ok",
     ]  # fmt: skip
     assert t.index.is_unique
     assert "beta[7, 20, score]" in t.index and "beta0[3, age]" in t.index
@@ -141,8 +168,13 @@ def test_table_has_one_row_per_parameter(tiny_comparison: ClosedFormComparison) 
     np.testing.assert_allclose(t["z_mean"], z)
     post = tiny_comparison.idata.posterior
     assert row["mcmc_mean"] == pytest.approx(
-        post["beta"].sel(arm=7, instance=20, feature="score").mean().item()
+        post["beta"].sel(cell="7, 20", feature="score").mean().item()
     )
+    # arm 3 never saw instance 10, arm 7 never saw instance 30: one collapsed row each
+    assert "beta[3, 10, age]" not in t.index
+    empty = t.loc["beta[3, instances without data (n=1), age]"]
+    assert empty["instance"] is None and empty["n_instances"] == 1
+    assert empty["closed_mean"] == cf["mean"].sel(arm=3, instance=10, feature="age").item()
     assert (t["mcse_mean"] > 0).all() and (t["mcse_sd"] > 0).all()
 
 
@@ -300,9 +332,12 @@ def test_closed_form_posterior_matches_stats(tiny_log) -> None:
 @pytest.fixture
 def no_sampling(monkeypatch):
     def boom(*args, **kwargs):  # pragma: no cover - reaching it is the failure
-        raise AssertionError("pm.sample was called")
+        raise AssertionError("a sampler or the model was reached")
 
     monkeypatch.setattr(pm, "sample", boom)
+    monkeypatch.setattr(sampling_module, "sample", boom)
+    monkeypatch.setattr(conditional_module, "_build_model", boom)
+    return boom
 
 
 @pytest.mark.parametrize(
@@ -326,9 +361,15 @@ def no_sampling(monkeypatch):
         ({"nuts_sampler": "stan"}, ValueError, "nuts_sampler must be one of"),
         ({"parameterization": "centred"}, ValueError, "parameterization must be one of"),
         ({"dense_mass": "yes"}, TypeError, "dense_mass must be a bool"),
+        ({"collapse_empty": "yes"}, TypeError, "collapse_empty must be"),
+        ({"driver": "stan"}, ValueError, "driver must be one of"),
+        ({"lam": None}, TypeError, r"needs prior, or Sigma, sigma2 and lam: \['lam'\]"),
     ],
 )
-def test_compare_validates_before_sampling(no_sampling, tiny_log, kwargs, exc, match) -> None:
+def test_compare_validates_before_sampling(
+    no_sampling, monkeypatch, tiny_log, kwargs, exc, match
+) -> None:
+    monkeypatch.setattr(conditional_module, "closed_form_posterior", no_sampling)
     args = {"Sigma": np.eye(D), "sigma2": 1.0, "lam": 1.0} | kwargs
     with pytest.raises(exc, match=match):
         compare_closed_form(tiny_log, **args)
@@ -350,6 +391,236 @@ def test_improper_flat_prior_is_rejected_before_sampling(no_sampling, tiny_log) 
     one_row = pd.concat([df[df["item"] == 3], df[df["item"] == 7].head(1)])
     with pytest.raises(ValueError, match=r"arm 7: .*improper"):
         compare_closed_form(_read(one_row), np.eye(D), 1.0, 0.0)
+
+
+# ----------------------------------------------------------------------------- collapsing, priors
+
+SPARSE_ARMS = (3, 5, 9)
+
+
+def _sparse_frame(n: int = 12, seed: int = 3) -> pd.DataFrame:
+    """``n`` users (ids 100, 101, …), arms 3, 5 and 9, d = 2; each user has rows in 1 or 2 of the 3 arms,
+    1 to 12 rows a cell (data-poor and data-rich cells side by side)."""
+    rng = np.random.default_rng(seed)
+    beta0 = rng.normal(size=(3, D))
+    rows = []
+    for j in range(n):
+        for k in sorted(rng.choice(3, rng.integers(1, 3), replace=False)):
+            b = beta0[k] + 0.7 * rng.normal(size=D)
+            for _ in range(rng.integers(1, 13)):
+                x = rng.normal(size=D)
+                y = x @ b + rng.normal()
+                rows.append(
+                    {"user": 100 + j, "item": SPARSE_ARMS[k], "click": y, "age": x[0],
+                     "score": x[1]}
+                )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def sparse_log():
+    return _read(_sparse_frame())
+
+
+@pytest.fixture(scope="module")
+def sparse_prior(sparse_log):
+    from hierbandit.bayes import fit_prior
+
+    return fit_prior(sparse_log, method="ml")
+
+
+@pytest.fixture(scope="module")
+def sparse_comparison(sparse_log, sparse_prior) -> ClosedFormComparison:
+    """The defaults on a small sparse log, from the prior object."""
+    return compare_closed_form(sparse_log, sparse_prior, random_seed=2, progressbar=False)
+
+
+def _empty_counts(log) -> np.ndarray:
+    counts = np.zeros((log.n_arms, log.n_instances), dtype=int)
+    np.add.at(counts, (log.arm, log.instance), 1)
+    return counts
+
+
+def test_defaults_agree_on_a_sparse_log(sparse_comparison, sparse_log) -> None:
+    res = sparse_comparison
+    counts = _empty_counts(sparse_log)
+    assert (counts == 0).any(axis=1).all()  # every arm has users without data
+    assert res.verdict == "agree", (res.diagnostics.problems, res.worst())
+    assert res.settings["lam"] == 0.0  # the ML fit's recorded lam
+    # once per arm: the cells with data and one collapsed vector per arm, then beta0
+    n_cells = int((counts > 0).sum()) + sparse_log.n_arms
+    assert res.n_params == (n_cells + sparse_log.n_arms) * D
+    assert res.idata.posterior["beta"].sizes["cell"] == n_cells
+
+
+def test_collapsed_rows_are_the_shared_posterior_plus_sigma(sparse_comparison, sparse_log):
+    res, t, cf = sparse_comparison, sparse_comparison.table, sparse_comparison.closed_form
+    counts = _empty_counts(sparse_log)
+    collapsed = t[(t["variable"] == "beta") & t["instance"].isna()]
+    assert len(collapsed) == sparse_log.n_arms * D  # once per arm and feature
+    for k, arm in enumerate(SPARSE_ARMS):
+        n = int((counts[k] == 0).sum())
+        for f, feature in enumerate(("age", "score")):
+            row = t.loc[f"beta[{arm}, instances without data (n={n}), {feature}]"]
+            assert row["arm"] == arm and row["n_instances"] == n
+            # the closed form of an instance without data: N(β̂₀, Φ + Σ), the same for all
+            cov = cf["shared_cov"].isel(arm=k).values + cf["Sigma"].isel(arm=k).values
+            assert row["closed_mean"] == pytest.approx(
+                cf["shared_mean"].isel(arm=k, feature=f).item(), rel=1e-12, abs=1e-12
+            )
+            assert row["closed_sd"] == pytest.approx(np.sqrt(cov[f, f]), rel=1e-12)
+            empties = np.flatnonzero(counts[k] == 0)
+            np.testing.assert_allclose(
+                cf["mean"].isel(arm=k, instance=empties, feature=f), row["closed_mean"],
+                rtol=1e-12, atol=1e-12,
+            )  # fmt: skip
+    # the views count a collapsed vector once too
+    assert set(res.worst(len(t)).index) == set(t.index)
+    cov_t = res.covariance_table()
+    assert len(cov_t) == res.idata.posterior["beta"].sizes["cell"] + sparse_log.n_arms
+    assert cov_t.loc[f"beta[3, instances without data (n={(counts[0] == 0).sum()})]",
+                     "instance"] is None  # fmt: skip
+    fig = res.plot()
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "instances without data" in labels
+    # each row's ArviZ figures are its own parameter's
+    post = res.idata.posterior
+    row = collapsed.iloc[-1]
+    cell = f"{row['arm']}, instances without data (n={row['n_instances']})"
+    draws = post["beta"].sel(cell=cell, feature=row["feature"])
+    assert row["mcmc_sd"] == pytest.approx(float(draws.std(ddof=1)))
+    assert row["mcse_mean"] == pytest.approx(float(az.mcse(draws, method="mean")))
+    assert row["ess_bulk"] == pytest.approx(float(az.ess(draws, method="bulk")))
+
+
+@pytest.mark.parametrize("parameterization", ["noncentered", "centered"])
+def test_collapsed_logp_is_the_joint_gaussian(tiny_log, parameterization: str) -> None:
+    """With the instances without data collapsed the model is the joint density of β₀, the
+    cells with data and one vector per arm drawn from N(β₀, Σ)."""
+    Sigma = np.stack([_tiny_sigma()[0], np.array([[2.0, 0.3], [0.3, 0.5]])])
+    lam = 0.5
+    model = conditional_model(
+        tiny_log, Sigma, SIGMA2, lam, parameterization=parameterization, collapse_empty=True
+    )
+    # arm 3 lacks instance 10, arm 7 instance 30
+    assert list(model.coords["cell"]) == [
+        "3, 20", "3, 30", "7, 10", "7, 20", "3, instances without data (n=1)",
+        "7, instances without data (n=1)",
+    ]  # fmt: skip
+    arm_of = np.array([0, 0, 1, 1, 0, 1])
+    inst_of = {(0, 1): 0, (0, 2): 1, (1, 0): 2, (1, 1): 3}
+    logp = model.compile_logp()
+    beta_of = model.compile_fn(
+        model.replace_rvs_by_values([model["beta"]])[0],
+        inputs=model.value_vars,
+        on_unused_input="ignore",
+    )
+    rng = np.random.default_rng(8)
+    ip = model.initial_point()
+    diffs = []
+    for _ in range(3):
+        point = {name: rng.normal(size=ip[name].shape) for name in ip}
+        beta, beta0 = beta_of(point), point["beta0"]
+        # the direct driver's NumPy map gives the same coefficients
+        mapped = model.hb_meta["constrain"](model, {k: v[None, None] for k, v in point.items()})
+        np.testing.assert_allclose(mapped["beta"][0, 0], beta, atol=1e-12)
+        lp = sum(
+            st.multivariate_normal(np.zeros(D), np.eye(D) / lam).logpdf(beta0[k]) for k in range(2)
+        )
+        lp += sum(
+            st.multivariate_normal(beta0[arm_of[c]], Sigma[arm_of[c]]).logpdf(beta[c])
+            for c in range(6)
+        )
+        cell = np.array(
+            [inst_of[(a, j)] for a, j in zip(tiny_log.arm, tiny_log.instance, strict=True)]
+        )
+        mu = np.einsum("td,td->t", tiny_log.X, beta[cell])
+        lp += st.norm(mu, np.sqrt(SIGMA2[tiny_log.arm])).logpdf(tiny_log.y).sum()
+        diffs.append(float(logp(point)) - lp)
+    np.testing.assert_allclose(np.ptp(diffs), 0.0, atol=1e-8)
+    if parameterization == "noncentered":
+        np.testing.assert_allclose(
+            diffs[0], 0.5 * (3 * np.linalg.slogdet(Sigma)[1]).sum(), atol=1e-8
+        )
+    else:
+        np.testing.assert_allclose(diffs[0], 0.0, atol=1e-8)
+
+
+def test_prior_object_equals_explicit_hyperparameters(sparse_log, sparse_prior) -> None:
+    short = {"draws": 60, "tune": 60, "random_seed": 9, "progressbar": False, "warn": False}
+    by_prior = compare_closed_form(sparse_log, sparse_prior, **short)
+    by_keyword = compare_closed_form(sparse_log, prior=sparse_prior, **short)
+    explicit = compare_closed_form(
+        sparse_log, sparse_prior.Sigma, sparse_prior.sigma2, 0.0, **short
+    )
+    pd.testing.assert_frame_equal(by_prior.table, explicit.table)
+    pd.testing.assert_frame_equal(by_keyword.table, explicit.table)
+    assert by_prior.closed_form.identical(explicit.closed_form)
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The model and configuration of the next ``sample`` call, which is not run."""
+    got = {}
+
+    def fake(model, sampler=None, **kwargs):
+        got["model"], got["config"], got["kwargs"] = model, sampler, kwargs
+        raise _Stop
+
+    monkeypatch.setattr(sampling_module, "sample", fake)
+    return got
+
+
+def test_prior_lam_and_order(captured, sparse_log, sparse_prior) -> None:
+    # lam from the prior's provenance (the ML fit records 0: a flat prior on β₀) unless given
+    with pytest.raises(_Stop):
+        compare_closed_form(sparse_log, sparse_prior)
+    assert type(captured["model"]["beta0"].owner.op).__name__.startswith("Flat")
+    assert captured["config"] == CLOSED_FORM_SAMPLER
+    assert captured["kwargs"] == {"dense_mass": False}
+    assert {v.name for v in captured["model"].free_RVs} == {"beta0", "eta"}
+    with pytest.raises(_Stop):
+        compare_closed_form(sparse_log, sparse_prior, lam=0.5)
+    assert captured["model"]["beta0"].owner.op.name == "normal"
+    # a prior whose arms and features are in another order is read in the log's order
+    from hierbandit.bayes import HierarchicalPrior
+
+    ds = sparse_prior.dataset
+    flipped = HierarchicalPrior(
+        ds.isel(arm=[2, 0, 1], feature=[1, 0], feature_=[1, 0]), sparse_prior.idata
+    )
+    S1, s1, lam1 = conditional_module._from_prior(sparse_prior, sparse_log, None)
+    S2, s2, lam2 = conditional_module._from_prior(flipped, sparse_log, None)
+    np.testing.assert_array_equal(S1, S2)
+    np.testing.assert_array_equal(s1, s2)
+    assert lam1 == lam2 == 0.0
+
+
+def test_mismatched_prior_is_rejected_naming_prior(no_sampling, sparse_log, sparse_prior):
+    from hierbandit.bayes import HierarchicalPrior, fit_prior
+
+    df = _sparse_frame()
+    two_arms = fit_prior(_read(df[df["item"] != 9]), method="ml")
+    with pytest.raises(ValueError, match=r"prior does not match the log: its arms are \[3, 5\]"):
+        compare_closed_form(sparse_log, two_arms)
+    renamed = HierarchicalPrior(
+        sparse_prior.dataset.assign_coords(feature=["age", "x"], feature_=["age", "x"])
+    )
+    with pytest.raises(ValueError, match="prior does not match the log: its features"):
+        compare_closed_form(sparse_log, renamed)
+    with pytest.raises(TypeError, match="prior must be a HierarchicalPrior"):
+        compare_closed_form(sparse_log, prior={"Sigma": np.eye(D)})
+    with pytest.raises(TypeError, match="prior replaces Sigma and sigma2"):
+        compare_closed_form(sparse_log, sparse_prior, 1.0)
+    with pytest.raises(TypeError, match="give the prior once"):
+        compare_closed_form(sparse_log, sparse_prior, prior=sparse_prior)
+    bare = HierarchicalPrior(sparse_prior.dataset.drop_attrs())
+    with pytest.raises(ValueError, match="lam is required: prior records no lam"):
+        compare_closed_form(sparse_log, bare)
 
 
 # ----------------------------------------------------------------------------- lazy imports
@@ -428,3 +699,44 @@ def test_pymc_sampler_on_tiny_data() -> None:
     )  # fmt: skip
     assert res.all_ok, res.worst()
     assert res.diagnostics.divergences == 0
+
+
+def _movielens_like_frame(n: int, seed: int = 0) -> pd.DataFrame:
+    """K = 5 arms, d = 3 (intercept and two features); every instance has rows in 2 or 3 arms,
+    1 + NegBin(1, 0.1) rows a cell (as ``benchmarks/bench_closed_form.py``)."""
+    g = np.random.default_rng(seed)
+    K, d = 5, 3
+    beta = (
+        g.normal(size=(K, 1, d))
+        + g.normal(size=(K, n, d)) @ np.linalg.cholesky(0.5 * np.eye(d) + 0.1).T
+    )
+    cells = [(j, int(k)) for j in range(n) for k in g.choice(K, g.integers(2, 4), replace=False)]
+    sizes = 1 + g.negative_binomial(1, 0.1, size=len(cells))
+    inst = np.repeat([c[0] for c in cells], sizes)
+    arm = np.repeat([c[1] for c in cells], sizes)
+    X = np.column_stack([np.ones(inst.size), g.normal(size=(inst.size, d - 1))])
+    y = np.einsum("rd,rd->r", X, beta[arm, inst]) + g.normal(size=inst.size)
+    return pd.DataFrame({"instance": inst, "arm": arm, "reward": y, "x0": X[:, 0],
+                         "x1": X[:, 1], "x2": X[:, 2]})  # fmt: skip
+
+
+@pytest.mark.slow
+def test_defaults_at_150_instances_of_a_sparse_log() -> None:
+    """The issue's size: 150 instances, K = 5, d = 3, rows in 2-3 arms of 5 (B13)."""
+    from hierbandit.bayes import fit_prior
+
+    log = read_log(_movielens_like_frame(150))
+    prior = fit_prior(log, method="ml")
+    start = time.perf_counter()
+    res = compare_closed_form(log, prior, progressbar=False, random_seed=1)
+    wall = time.perf_counter() - start
+    print(f"\n150 instances: {wall:.1f} s, {res!r}, timings {res.settings['timings']}")
+    # a healthy run whose z-scores look standard normal; with about 2,300 z-scores a bound of
+    # 4 fails by chance about once in seven runs (docs/bayes.md, section 6), so the verdict is
+    # not asserted: this log and seed agree (max |z| 3.46, B13)
+    assert res.diagnostics.ok, res.diagnostics.problems
+    assert 0.9 < res.table["z_mean"].std() < 1.1 and 0.9 < res.table["z_sd"].std() < 1.1
+    assert res.max_abs_z < 5.0, res.worst()
+    collapsed = res.table[(res.table["variable"] == "beta") & res.table["instance"].isna()]
+    assert len(collapsed) == 5 * 3
+    assert collapsed["n_instances"].sum() == 3 * int((_empty_counts(log) == 0).sum())
