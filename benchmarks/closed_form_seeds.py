@@ -26,9 +26,9 @@ from hierbandit.experiments import quickstart as q
 
 ROUTES = {
     "direct": {"nuts_sampler": "numpyro", "driver": "direct"},
-    "pm-numpyro": {"nuts_sampler": "numpyro"},
-    "nutpie": {"nuts_sampler": "nutpie"},
-    "nutpie-lr": {"nuts_sampler": "nutpie", "dense_mass": True},
+    "pm-numpyro": {"nuts_sampler": "numpyro", "driver": "pymc"},
+    "nutpie": {"nuts_sampler": "nutpie", "driver": "pymc"},
+    "nutpie-lr": {"nuts_sampler": "nutpie", "driver": "pymc", "dense_mass": True},
 }
 
 

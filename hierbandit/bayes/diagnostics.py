@@ -410,6 +410,25 @@ def _ess_tail(view: xr.Dataset) -> pd.Series:
     return frame.T["ess_tail"]
 
 
+def _summary(view: xr.Dataset) -> pd.DataFrame:
+    """:func:`arviz.summary` with the tail ESS of :func:`_ess_tail`, one variable at a time.
+
+    With ArviZ 1 (arviz-stats 1.3) a summary of variables whose dimensions differ (``beta0``
+    (arm, feature) beside ``beta`` (arm, instance, feature)) pairs some row labels with another
+    parameter's values; each variable's own summary is labelled right
+    (``tests/bayes/test_diagnostics.py`` keeps the case).
+    """
+    parts = []
+    for name in view.data_vars:
+        one = view[[name]]
+        part = az.summary(one, ci_kind="hdi", ci_prob=_HDI_PROB, round_to="none")
+        part["ess_tail"] = _ess_tail(one).reindex(part.index)
+        parts.append(part)
+    if not parts:
+        return az.summary(view, ci_kind="hdi", ci_prob=_HDI_PROB, round_to="none")
+    return pd.concat(parts)
+
+
 def _nan_reduce(summary: pd.DataFrame, col: str, fn: Any) -> float:
     if col not in summary.columns:
         return float("nan")
@@ -479,8 +498,7 @@ def diagnose(
     with warnings.catch_warnings():
         # ArviZ warns about shapes (one chain, few draws); the thresholds report what matters
         warnings.simplefilter("ignore", UserWarning)
-        summary = az.summary(view, ci_kind="hdi", ci_prob=_HDI_PROB, round_to="none")
-        summary["ess_tail"] = _ess_tail(view).reindex(summary.index)
+        summary = _summary(view)
     post = tree["posterior"]
     n_chains, n_draws = int(post.sizes.get("chain", 1)), int(post.sizes.get("draw", 0))
     divergences = _count_divergences(tree)

@@ -28,7 +28,7 @@ from hierbandit.bayes import (
 )
 from hierbandit.bayes import conditional as conditional_module
 from hierbandit.bayes import sampling as sampling_module
-from hierbandit.bayes.conditional import CLOSED_FORM_SAMPLER
+from hierbandit.bayes.conditional import CLOSED_FORM_SAMPLER, family_tolerance
 from hierbandit.data import read_log
 from hierbandit.stats import hierarchical_posterior
 
@@ -451,6 +451,27 @@ def test_defaults_agree_on_a_sparse_log(sparse_comparison, sparse_log) -> None:
     n_cells = int((counts > 0).sum()) + sparse_log.n_arms
     assert res.n_params == (n_cells + sparse_log.n_arms) * D
     assert res.idata.posterior["beta"].sizes["cell"] == n_cells
+    # the default tolerance is the family-wise bound for this many parameters (B14)
+    assert res.tolerance == family_tolerance(res.n_params)
+    assert res.table["ok"].equals(
+        (res.table["z_mean"].abs() <= res.tolerance) & (res.table["z_sd"].abs() <= res.tolerance)
+    )
+
+
+def test_the_family_tolerance_keeps_chance_failures_at_one_percent() -> None:
+    """Bonferroni over the 2P z-scores: P(max |z| > t) ≤ 1 % for standard normal z-scores, and
+    never below the fixed bound 4 (B14). Checked against the exact chance for independent z."""
+    from scipy.stats import norm
+
+    assert family_tolerance(1) == family_tolerance(78) == 4.0
+    assert family_tolerance(79) > 4.0
+    for P, t in ((165, 4.171), (465, 4.401), (1140, 4.592), (2265, 4.733)):
+        assert family_tolerance(P) == pytest.approx(t, abs=1e-3)
+        chance = 1 - (1 - 2 * norm.sf(family_tolerance(P))) ** (2 * P)
+        assert 0.0099 < chance <= 0.01
+    assert family_tolerance(1140, alpha=0.05) < family_tolerance(1140)
+    with pytest.raises(ValueError, match="alpha"):
+        family_tolerance(10, alpha=0.0)
 
 
 def test_collapsed_rows_are_the_shared_posterior_plus_sigma(sparse_comparison, sparse_log):

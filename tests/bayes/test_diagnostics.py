@@ -138,6 +138,30 @@ def test_names_replace_codes_in_the_labels(rng) -> None:
         diagnose(idata, names={"user": ["a"]})
 
 
+def test_each_row_carries_its_own_parameter_when_the_dims_differ(rng) -> None:
+    """``beta0`` (arm, feature) beside ``beta`` (arm, instance, feature): every row of the
+    summary, and so every problem it names, is that parameter's (ArviZ's summary of the two at
+    once pairs some labels with another parameter's values)."""
+    means0 = 10.0 * np.arange(6).reshape(2, 3)
+    means = 100.0 + 10.0 * np.arange(24).reshape(2, 4, 3)
+    post = xr.Dataset(
+        {
+            "beta0": (("chain", "draw", "arm", "feature"),
+                      rng.normal(size=(2, 400, 2, 3)) + means0),
+            "beta": (("chain", "draw", "arm", "instance", "feature"),
+                     rng.normal(size=(2, 400, 2, 4, 3)) + means),
+        },
+        coords={"arm": [0, 1], "instance": [0, 1, 2, 3], "feature": ["a", "b", "c"]},
+    )  # fmt: skip
+    diag = diagnose(xr.DataTree.from_dict({"posterior": post}), warn=False)
+    assert len(diag.summary) == 6 + 24
+    for k in range(2):
+        for i, f in enumerate("abc"):
+            assert abs(diag.summary.loc[f"beta0[{k}, {f}]", "mean"] - means0[k, i]) < 0.5
+            for j in range(4):
+                assert abs(diag.summary.loc[f"beta[{k}, {j}, {f}]", "mean"] - means[k, j, i]) < 0.5
+
+
 def test_low_ess_and_divergences_are_problems(rng) -> None:
     idata = _idata(rng, ar=0.99, diverging=5)
     with pytest.warns(UserWarning, match="divergences: 5 > 0"):

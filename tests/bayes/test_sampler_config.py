@@ -118,7 +118,8 @@ def seen(monkeypatch):
 
 
 def test_each_function_keeps_its_default(seen):
-    """The defaults each function had before it took a SamplerConfig."""
+    """The defaults each function had before it took a SamplerConfig (compare_closed_form's
+    changed since, with B13)."""
     from hierbandit.bayes import boc, conditional, sclub
     from hierbandit.bayes.fit import fit_prior
     from hierbandit.data import read_log
@@ -129,8 +130,10 @@ def test_each_function_keeps_its_default(seen):
     assert seen["config"] == SamplerConfig()
     with pytest.raises(_Sampled):
         conditional.compare_closed_form(read_log(df), np.eye(2), 1.0, 1.0)
-    assert seen["config"] == SamplerConfig(draws=2000) == conditional.CLOSED_FORM_SAMPLER
-    assert seen["kwargs"] == {"dense_mass": True}
+    # B13: the centred model, a diagonal mass matrix, the direct numpyro driver
+    expected = SamplerConfig(draws=2000, nuts_sampler="numpyro", driver="direct")
+    assert seen["config"] == expected == conditional.CLOSED_FORM_SAMPLER
+    assert seen["kwargs"] == {"dense_mass": False}
     means = np.array([[0.0, 0.0], [0.1, 0.0], [2.0, 2.0], [2.1, 2.0]])
     with pytest.raises(_Sampled):
         boc.diagnose_partition(means, np.full(4, 5.0), [0, 0, 1, 1])
