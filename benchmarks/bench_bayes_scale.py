@@ -166,9 +166,12 @@ def versus_statsmodels(n: int, rows_per_instance: int) -> None:
 
     df = synthetic_frame(n, rows_per_instance, seed=1)
     one = df[df["arm"] == 0].drop(columns="arm").reset_index(drop=True)
-    t0 = time.perf_counter()
-    ours = fit_prior(one, arm=None, method="ml")
-    t_ours = time.perf_counter() - t0
+    times = []
+    for _ in range(2):  # the first fit of the process also loads the compiled kernels
+        t0 = time.perf_counter()
+        ours = fit_prior(one, arm=None, method="ml")
+        times.append(time.perf_counter() - t0)
+    t_first, t_ours = times
     log = read_log(one, arm=None)
     X, y, groups = np.asarray(log.X), np.asarray(log.y), np.asarray(log.instance)
     t0 = time.perf_counter()
@@ -184,8 +187,9 @@ def versus_statsmodels(n: int, rows_per_instance: int) -> None:
     }
     print(
         f"ML vs statsmodels MixedLM(reml=False), N={n}, {len(one):,} rows, d={D}: hierbandit "
-        f"{t_ours:.2f} s (fit_prior from the DataFrame), statsmodels {t_sm:.1f} s "
-        f"(converged={theirs.converged}), ratio {t_sm / t_ours:.1f}x; relative difference "
+        f"{t_ours:.2f} s (fit_prior from the DataFrame; {t_first:.2f} s as the first fit of the "
+        f"process), statsmodels {t_sm:.1f} s (converged={theirs.converged}), ratio "
+        f"{t_sm / t_ours:.1f}x ({t_sm / t_first:.1f}x for the first fit); relative difference "
         f"Sigma {diffs['Sigma']:.1e}, sigma2 {diffs['sigma2']:.1e}, max |beta0 diff| "
         f"{diffs['beta0']:.1e}; loglik hierbandit {float(ours.dataset['loglik'].values[0]):.3f}, "
         f"statsmodels {theirs.llf:.3f}",
