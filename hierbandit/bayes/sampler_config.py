@@ -17,10 +17,11 @@ otherwise at its own definition:
 ======================================================  =========================================
 function                                                default configuration
 ======================================================  =========================================
-``sample``, ``fit_prior``                               ``SamplerConfig()``
+``sample``, ``fit_prior(collapsed=False)``              ``SamplerConfig()``
+``fit_prior`` (the collapsed model)                     ``fit.FIT_SAMPLER``: 400 tuning steps
 ``fit_cascade_prior``, ``compare_laplace_nuts``         ``cascade.CASCADE_SAMPLER``: 4 chains
 ``compare_closed_form``                                 ``conditional.CLOSED_FORM_SAMPLER``:
-                                                        2,000 draws
+                                                        2,000 draws, the direct numpyro driver
 ``diagnose_partition``, ``diagnose_boc``                ``boc.DIAGNOSTIC_SAMPLER``: 500 draws
                                                         after 500 tuning steps
 ``fit_mixture``                                         ``sclub.MIXTURE_SAMPLER``: 500 draws

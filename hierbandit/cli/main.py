@@ -18,7 +18,6 @@ display of the library's log records and progress (:mod:`hierbandit.cli._render`
 from __future__ import annotations
 
 import enum
-import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -275,7 +274,11 @@ def _print_ignored_columns(ignored: tuple[tuple[str, str], ...]) -> None:
 @app.command("fit-prior")
 def fit_prior_cmd(
     data: Annotated[
-        Path, typer.Argument(help="The log: a CSV (optionally compressed) or Parquet file.")
+        Path,
+        typer.Argument(
+            help="The log: a CSV (optionally compressed) or Parquet file, or a directory of "
+            "Parquet files (hive-partitioned or not), read out of core with Dask."
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Output netCDF file (PATH.nc).")],
     method: Annotated[Method, typer.Option("--method", help="Fitting method.")] = Method.eb,
@@ -298,9 +301,20 @@ def fit_prior_cmd(
         typer.Option("--lam", help="Shared-mean prior precision (default 0.001; 0 for ml)."),
     ] = None,
     draws: Draws = 1000,
-    tune: Tune = 1000,
+    tune: Annotated[
+        int | None,
+        typer.Option("--tune", min=0, help="MCMC tuning steps (default: the fit's, 400)."),
+    ] = None,
     chains: Chains = 2,
     seed: Seed = 0,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            help="A directory log: the address of a running Dask scheduler (default: a local "
+            "cluster for this command).",
+        ),
+    ] = None,
 ) -> None:
     """Fit a hierarchical prior (per-arm shared mean, Σ_k, σ²_k) to your own log and save it."""
     if out.suffix != ".nc":
@@ -313,15 +327,20 @@ def fit_prior_cmd(
     kwargs: dict[str, Any] = {"method": method.value, "lam": lam, "random_seed": seed}
     if method is Method.mcmc:
         kwargs.update(draws=draws, tune=tune, chains=chains)
+    columns = {
+        "instance": instance,
+        "arm": None if single_arm else arm,
+        "reward": reward,
+        "features": list(feature) if feature else None,
+    }
     try:
-        log = read_log(
-            data,
-            instance=instance,
-            arm=None if single_arm else arm,
-            reward=reward,
-            features=list(feature) if feature else None,
-        )
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+        if data.is_dir():  # out of core: the sufficient statistics, computed by Dask
+            from hierbandit.bayes import summarise_dask
+
+            log = summarise_dask(data, scheduler=scheduler, **columns)
+        else:
+            log = read_log(data, **columns)
+    except (ValueError, TypeError, FileNotFoundError, OSError) as exc:
         raise fail(str(exc)) from None
     _print_ignored_columns(log.ignored_columns)
     what = (
@@ -329,16 +348,15 @@ def fit_prior_cmd(
         f"instances, {log.n_arms} arm{'s' if log.n_arms > 1 else ''}"
     )
     try:
-        if sys.stderr.isatty() and method is not Method.mcmc:
+        # MCMC: no spinner; the sampler's own bar (draws, speed, time left) and the renderer's
+        # bars of the steps after it (exact draws, log-likelihood) show the progress, and a
+        # spinner on top of them would fight them for the terminal
+        if method is not Method.mcmc and sys.stderr.isatty():
             from rich.console import Console
 
             with Console(stderr=True).status(f"{what} …"):
                 prior = fit_prior(log, **kwargs)
         else:
-            # MCMC: the sampler's own bar (draws, speed, time left) and the renderer's bars of
-            # the steps after it (exact draws, log-likelihood) show the progress; a spinner on
-            # top of them would fight them for the terminal
-            logging.getLogger(__name__).info(what)
             prior = fit_prior(log, **kwargs)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None

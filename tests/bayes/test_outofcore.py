@@ -255,3 +255,26 @@ def test_hostile_input(df, client, tmp_path):
         fit_prior(file, method="ml", scheduler="tcp://nowhere:1", **COLS),
         fit_prior(df, method="ml", **COLS),
     )
+
+
+def test_the_command_fits_a_directory_on_a_running_cluster(df, sources, client, tmp_path):
+    """``hierbandit fit-prior DIR --scheduler ADDRESS``: the same prior as in memory."""
+    from typer.testing import CliRunner
+
+    from hierbandit.bayes import load_prior
+    from hierbandit.cli.main import app
+
+    out = tmp_path / "p.nc"
+    args = ["--instance", "user", "--reward", "r", "--feature", "one", "--feature", "x1",
+            "--feature", "x2", "--method", "ml"]  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        ["fit-prior", str(sources["hive by arm"]), *args, "--scheduler",
+         client.scheduler.address, "--out", str(out)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    prior = load_prior(out)
+    assert prior.dataset.attrs["n_rows"] == len(df)
+    assert_same_fit(prior, fit_prior(df, method="ml", **COLS))
+    res = CliRunner().invoke(app, ["fit-prior", str(tmp_path), *args, "--out", str(out)])
+    assert res.exit_code == 2 and "Error:" in res.output  # a directory with no Parquet files

@@ -121,12 +121,15 @@ def test_each_function_keeps_its_default(seen):
     """The defaults each function had before it took a SamplerConfig (compare_closed_form's
     changed since, with B13)."""
     from hierbandit.bayes import boc, conditional, sclub
-    from hierbandit.bayes.fit import fit_prior
+    from hierbandit.bayes.fit import FIT_SAMPLER, fit_prior
     from hierbandit.data import read_log
 
     df = synthetic_log(n_instances=3, n_arms=2, n_features=2, rows=60, seed=4)
     with pytest.raises(_Sampled):
         fit_prior(df, method="mcmc")
+    assert seen["config"] == SamplerConfig(tune=400) == FIT_SAMPLER  # collapsed: B15
+    with pytest.raises(_Sampled):
+        fit_prior(df, method="mcmc", collapsed=False)
     assert seen["config"] == SamplerConfig()
     with pytest.raises(_Sampled):
         conditional.compare_closed_form(read_log(df), np.eye(2), 1.0, 1.0)
