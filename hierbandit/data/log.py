@@ -489,6 +489,32 @@ def _load(data: Any) -> tuple[pd.DataFrame, str]:
     )
 
 
+def _no_features_error(ignored: list[tuple[str, str]], columns: list[str]) -> ValueError:
+    """No numeric column is left to be a feature (the features were to be inferred)."""
+    skipped = "".join(f"; {c!r} is {why}" for c, why in ignored)
+    return ValueError(
+        "features: no numeric feature columns besides the instance/arm/reward columns"
+        f"{skipped}; available columns: {columns}"
+    )
+
+
+def _check_listed_features(
+    features: list[str], roles: dict[str, str], present: Any, columns: list[str]
+) -> None:
+    """The feature columns a user listed: at least one, no repeats, none of the instance, arm
+    or reward columns (``roles``: column → role), each present (in ``present``)."""
+    if not features:
+        raise ValueError("features must name at least one column, got an empty list")
+    dups = sorted({f for f in features if features.count(f) > 1})
+    if dups:
+        raise ValueError(f"features has duplicate names: {dups}")
+    for f in features:
+        if f in roles:
+            raise ValueError(f"features must not include the {roles[f]} column {f!r}")
+        if f not in present:
+            raise _missing_column("features", f, columns)
+
+
 def _missing_column(arg: str, column: str, available: list[str]) -> ValueError:
     close = difflib.get_close_matches(column, available, n=3, cutoff=0.5)
     if not close:
@@ -731,22 +757,10 @@ def read_log(
                 )
             ignored.append((c, {"text": "text", "empty": "no values"}.get(kind, detail)))
         if not feature_cols:
-            skipped = "".join(f"; {c!r} is {why}" for c, why in ignored)
-            raise ValueError(
-                "features: no numeric feature columns besides the instance/arm/reward columns"
-                f"{skipped}; available columns: {columns}"
-            )
+            raise _no_features_error(ignored, columns)
     else:
-        if not feature_cols:
-            raise ValueError("features must name at least one column, got an empty list")
-        dups = sorted({f for f in feature_cols if feature_cols.count(f) > 1})
-        if dups:
-            raise ValueError(f"features has duplicate names: {dups}")
+        _check_listed_features(feature_cols, seen, by_name, columns)
         for f in feature_cols:
-            if f in seen:
-                raise ValueError(f"features must not include the {seen[f]} column {f!r}")
-            if f not in by_name:
-                raise _missing_column("features", f, columns)
             series = frame[by_name[f]]
             if getattr(series.dtype, "kind", "O") not in "biuf":
                 raise _not_numeric_error(series, f"features: column {f!r}", "must be numeric")

@@ -50,8 +50,10 @@ from hierbandit.data.log import (
     HistoricalLog,
     _check_column_name,
     _check_features_arg,
+    _check_listed_features,
     _ids,
     _missing_column,
+    _no_features_error,
     _numeric,
 )
 from hierbandit.stats.suffstats import SuffStats
@@ -753,22 +755,10 @@ def resolve_columns(
             else:
                 ignored.append((c, f"dtype {shown[c]}"))
         if not feature_cols:
-            skipped = "".join(f"; {c!r} is {why}" for c, why in ignored)
-            raise ValueError(
-                "features: no numeric feature columns besides the instance/arm/reward columns"
-                f"{skipped}; available columns: {columns}"
-            )
+            raise _no_features_error(ignored, columns)
     else:
-        if not feature_cols:
-            raise ValueError("features must name at least one column, got an empty list")
-        dups = sorted({f for f in feature_cols if feature_cols.count(f) > 1})
-        if dups:
-            raise ValueError(f"features has duplicate names: {dups}")
+        _check_listed_features(feature_cols, seen, kinds, columns)
         for f in feature_cols:
-            if f in seen:
-                raise ValueError(f"features must not include the {seen[f]} column {f!r}")
-            if f not in kinds:
-                raise _missing_column("features", f, columns)
             if kinds[f] not in ("b", "i", "u", "f", "category"):
                 raise TypeError(f"features: column {f!r} must be numeric, got dtype {shown[f]}")
     return LogColumns(instance_col, arm_col, reward_col, tuple(feature_cols), tuple(ignored))

@@ -1011,6 +1011,22 @@ def _jittered_cholesky(C, scale, S, L):
 
 
 @njit(**_JIT)
+def _draw_shared(Phi, m0, have_beta0, b0_given, z0, b0_out, S, L):
+    """β₀ = β̂₀ + chol(Φ) z₀ into ``b0_out``, or the given draw (``S``, ``L``: scratch)."""
+    d = m0.shape[0]
+    if have_beta0:
+        for i in range(d):
+            b0_out[i] = b0_given[i]
+        return
+    _jittered_cholesky(Phi, 1.0, S, L)
+    for i in range(d):
+        v = m0[i]
+        for m in range(i + 1):
+            v += L[i, m] * z0[m]
+        b0_out[i] = v
+
+
+@njit(**_JIT)
 def _draw_arm_scalar(
     Gk, bk, Sigma, s2, P0, h0, b0_given, have_beta0, z0, Z, b0_out, beta_out, Ct, A
 ):
@@ -1023,16 +1039,7 @@ def _draw_arm_scalar(
     L = np.empty((d, d))
     S = np.empty((d, d))
     arm_posterior(Gk, bk, Sigma, s2, P0, h0, Ct, A, P, r, Phi, m0)
-    if have_beta0:
-        for i in range(d):
-            b0_out[i] = b0_given[i]
-    else:
-        _jittered_cholesky(Phi, 1.0, S, L)
-        for i in range(d):
-            v = m0[i]
-            for m in range(i + 1):
-                v += L[i, m] * z0[m]
-            b0_out[i] = v
+    _draw_shared(Phi, m0, have_beta0, b0_given, z0, b0_out, S, L)
     for j in range(N):
         _jittered_cholesky(Ct[j], s2, S, L)
         for i in range(d):
@@ -1210,16 +1217,9 @@ def conditional_draws_soa(
                     for m in range(d):
                         s += Phi[i, m] * r[m]
                     m0[i] = s
-                if have_beta0:
-                    for i in range(d):
-                        beta0_out[c, t, k, i] = beta0_in[c, t, k, i]
-                else:
-                    _jittered_cholesky(Phi, 1.0, S, L)
-                    for i in range(d):
-                        v = m0[i]
-                        for m in range(i + 1):
-                            v += L[i, m] * z0[c, t, k, m]
-                        beta0_out[c, t, k, i] = v
+                _draw_shared(
+                    Phi, m0, have_beta0, beta0_in[c, t, k], z0[c, t, k], beta0_out[c, t, k], S, L
+                )
                 _draw_instances_soa(
                     Ctv, Minv, bs[k], s2, beta0_out[c, t, k], Z[c, t, k], beta_out[c, t, k],
                     W, Kv, tmp, S, L,
