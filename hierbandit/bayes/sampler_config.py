@@ -18,7 +18,8 @@ otherwise at its own definition:
 function                                                default configuration
 ======================================================  =========================================
 ``sample``, ``fit_prior(collapsed=False)``              ``SamplerConfig()``
-``fit_prior`` (the collapsed model)                     ``fit.FIT_SAMPLER``: 400 tuning steps
+``fit_prior`` (the collapsed model)                     ``fit.FIT_SAMPLER``: 400 tuning steps,
+                                                        ``target_accept=0.8``
 ``fit_cascade_prior``, ``compare_laplace_nuts``         ``cascade.CASCADE_SAMPLER``: 4 chains
 ``compare_closed_form``                                 ``conditional.CLOSED_FORM_SAMPLER``:
                                                         2,000 draws, the direct numpyro driver

@@ -127,7 +127,7 @@ def test_each_function_keeps_its_default(seen):
     df = synthetic_log(n_instances=3, n_arms=2, n_features=2, rows=60, seed=4)
     with pytest.raises(_Sampled):
         fit_prior(df, method="mcmc")
-    assert seen["config"] == SamplerConfig(tune=400) == FIT_SAMPLER  # collapsed: B15
+    assert seen["config"] == SamplerConfig(tune=400, target_accept=0.8) == FIT_SAMPLER  # B15
     with pytest.raises(_Sampled):
         fit_prior(df, method="mcmc", collapsed=False)
     assert seen["config"] == SamplerConfig()
