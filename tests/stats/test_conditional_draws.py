@@ -199,3 +199,27 @@ def test_a_labelled_loop_reports_its_progress_in_items(caplog):
         done = [r.progress[0] for r in caplog.records if r.progress[2] == "draws"]
         assert done[0] == 0 and done[-1] == 1000 and len(done) > 20  # 40 slices
         assert done == sorted(done)
+
+
+def test_a_seed_gives_each_draw_its_own_stream_of_variates(rng):
+    """``seed=``: draw s takes z0[s] then Z[s] from default_rng([seed, s]), made in the threads:
+    the same as passing those arrays, for any number of threads."""
+    G, b = _stats(rng)
+    K, N, d = b.shape
+    S = 23
+    Sigma, sig2 = _hyper(S, K, d)
+    z0, Z = np.empty((S, K, d)), np.empty((S, K, N, d))
+    for s in range(S):
+        g = np.random.default_rng([7, s])
+        z0[s], Z[s] = g.standard_normal((K, d)), g.standard_normal((K, N, d))
+    ref = conditional_draws(G, b, Sigma, sig2, 0.1, z0, Z, threads=1)
+    for threads in (1, 2, 5):
+        got = conditional_draws(G, b, Sigma, sig2, 0.1, seed=7, threads=threads)
+        np.testing.assert_array_equal(got[0], ref[0])
+        np.testing.assert_array_equal(got[1], ref[1])
+    with pytest.raises(TypeError, match="z0 and Z, or a seed"):
+        conditional_draws(G, b, Sigma, sig2, 0.1, z0, Z, seed=7)
+    with pytest.raises(TypeError, match="z0 and Z, or a seed"):
+        conditional_draws(G, b, Sigma, sig2, 0.1, z0)
+    with pytest.raises(ValueError, match="seed"):
+        conditional_draws(G, b, Sigma, sig2, 0.1, seed=-1)
