@@ -355,35 +355,28 @@ def _fit_mcmc(
     )
 
 
-def _is_outofcore(data: Any) -> bool:
-    """A directory (of Parquet files) or a Dask DataFrame."""
-    if isinstance(data, str | os.PathLike):
-        try:
-            return Path(data).expanduser().is_dir()
-        except (OSError, ValueError):
-            return False
-    return type(data).__module__.startswith("dask")
+def _is_directory(data: Any) -> bool:
+    """A path to a directory (of Parquet files); a path the OS cannot even look at is not."""
+    if not isinstance(data, str | os.PathLike):
+        return False
+    try:
+        return Path(data).expanduser().is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def _read_data(
     data: Any, *, instance: str, arm: str | None, reward: str, features: Any, scheduler: Any
 ) -> HistoricalLog | LogSummary:
     """The log of ``data``: as it is, in memory (:func:`read_log`) or summarised by Dask."""
+    from hierbandit.bayes.outofcore import is_dask_dataframe, summarise_dask
+
     if isinstance(data, HistoricalLog | LogSummary):
         return data
-    if _is_outofcore(data):
-        from hierbandit.bayes.outofcore import is_dask_dataframe, summarise_dask
-
-        if isinstance(data, str | os.PathLike) or is_dask_dataframe(data):
-            return summarise_dask(
-                data,
-                instance=instance,
-                arm=arm,
-                reward=reward,
-                features=features,
-                scheduler=scheduler,
-            )
-    return read_log(data, instance=instance, arm=arm, reward=reward, features=features)
+    columns = {"instance": instance, "arm": arm, "reward": reward, "features": features}
+    if is_dask_dataframe(data) or _is_directory(data):
+        return summarise_dask(data, scheduler=scheduler, **columns)
+    return read_log(data, **columns)
 
 
 def fit_prior(

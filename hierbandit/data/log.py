@@ -839,6 +839,20 @@ def check_min_rows(
     """
     if not isinstance(log, HistoricalLog):
         raise TypeError(f"log must be a HistoricalLog, got {type(log).__name__}")
+    counts = np.zeros((log.n_arms, log.n_instances), dtype=np.int64)
+    np.add.at(counts, (log.arm, log.instance), 1)
+    _check_counts(counts, log.arm_labels, per_arm, instances_per_arm, min_rows_per_instance, method)
+
+
+def _check_counts(
+    counts: np.ndarray,
+    arm_labels: np.ndarray,
+    per_arm: int | None,
+    instances_per_arm: int | None,
+    min_rows_per_instance: int,
+    method: str,
+) -> None:
+    """The rules of :func:`check_min_rows` on the rows per (arm, instance), ``counts`` (K, N)."""
     if per_arm is not None:
         per_arm = check_positive_int(per_arm, "per_arm", minimum=0)
     if instances_per_arm is not None:
@@ -848,11 +862,8 @@ def check_min_rows(
     )
     if not isinstance(method, str):
         raise TypeError(f"method must be a str, got {type(method).__name__}")
-    counts = np.zeros((log.n_arms, log.n_instances), dtype=np.int64)
-    np.add.at(counts, (log.arm, log.instance), 1)
     problems = []
-    for k in range(log.n_arms):
-        label = log.arm_labels[k]
+    for k, label in enumerate(arm_labels):
         rows = int(counts[k].sum())
         if per_arm is not None and rows < per_arm:
             problems.append(f"arm {label} needs at least {per_arm} rows, has {rows}")

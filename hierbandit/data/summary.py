@@ -45,10 +45,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hierbandit._validation import check_positive_int
 from hierbandit.data.log import (
     HistoricalLog,
     _check_column_name,
+    _check_counts,
     _check_features_arg,
     _check_listed_features,
     _ids,
@@ -776,25 +776,6 @@ def check_summary_rows(
     the same rules and messages)."""
     if not isinstance(summary, LogSummary):
         raise TypeError(f"summary must be a LogSummary, got {type(summary).__name__}")
-    if per_arm is not None:
-        per_arm = check_positive_int(per_arm, "per_arm", minimum=0)
-    if instances_per_arm is not None:
-        instances_per_arm = check_positive_int(instances_per_arm, "instances_per_arm", minimum=0)
-    min_rows_per_instance = check_positive_int(
-        min_rows_per_instance, "min_rows_per_instance", minimum=1
+    _check_counts(
+        summary.n, summary.arm_labels, per_arm, instances_per_arm, min_rows_per_instance, method
     )
-    problems = []
-    for k in range(summary.n_arms):
-        label = summary.arm_labels[k]
-        rows = int(summary.n[k].sum())
-        if per_arm is not None and rows < per_arm:
-            problems.append(f"arm {label} needs at least {per_arm} rows, has {rows}")
-        if instances_per_arm is not None:
-            have = int(np.sum(summary.n[k] >= min_rows_per_instance))
-            if have < instances_per_arm:
-                problems.append(
-                    f"arm {label} needs at least {instances_per_arm} instances with "
-                    f">= {min_rows_per_instance} rows each, has {have}"
-                )
-    if problems:
-        raise ValueError(f"{method}: not enough data in the log: " + "; ".join(problems))
