@@ -79,6 +79,7 @@ _OBJECTS = {
     "hierbandit.stats.ridge:OLSStats",
     "hierbandit.sclub.cluster_stats:ClusterStats",
     "hierbandit.stats.logistic:OnlineLogistic",
+    "hierbandit._labels:Labels",
 }
 #: frozen option dataclasses (rebuilt with their constructor, which validates them)
 _DATACLASSES = {"hierbandit.stats.empirical_bayes:EBOptions"}
@@ -316,6 +317,14 @@ class _Decoder:
         obj = cls.__new__(cls)
         for name, v in decoded.items():
             object.__setattr__(obj, name, v)
+        # attributes the class gained after the file was written: the value the older state
+        # implies (then checked like the rest)
+        for name, implied in getattr(cls, "_checkpoint_added", {}).items():
+            if name not in decoded:
+                try:
+                    object.__setattr__(obj, name, implied(obj))
+                except (AttributeError, TypeError, ValueError) as exc:
+                    raise _Refused(f"{cls.__name__} lacks what {name!r} follows from") from exc
         for name, factory in getattr(cls, "_checkpoint_transient", {}).items():
             object.__setattr__(obj, name, factory())
         return obj

@@ -25,12 +25,15 @@ from typing import Any, ClassVar
 import numpy as np
 import xarray as xr
 
+from hierbandit._labels import Labels, as_label
 from hierbandit._params import ParamsMixin
 from hierbandit._validation import (
     MAX_ABS,
     MAX_STATE_ENTRIES,
     as_generator,
+    check_bool,
     check_choice,
+    check_feature_array,
     check_features,
     check_index,
     check_positive_int,
@@ -52,26 +55,37 @@ def _coords(n_arms: int, n_instances: int | None, n_features: int) -> dict[str, 
     return coords
 
 
-def posterior_dataset(mean: np.ndarray, cov: np.ndarray, **attrs: Any) -> xr.Dataset:
-    """Wrap ``mean`` (arm, instance, feature) and ``cov`` ``(arm, instance, feature, feature_)``."""
+def posterior_dataset(
+    mean: np.ndarray, cov: np.ndarray, *, coords: dict[str, Any] | None = None, **attrs: Any
+) -> xr.Dataset:
+    """Wrap ``mean`` (arm, instance, feature) and ``cov`` ``(arm, instance, feature, feature_)``.
+
+    ``coords`` overrides the default integer coordinates (labels of arms, instances and
+    features, :meth:`Policy.coords`)."""
     K, N, d = mean.shape
     return xr.Dataset(
         {
             "mean": (("arm", "instance", "feature"), np.array(mean, dtype=float)),
             "cov": (("arm", "instance", "feature", "feature_"), np.array(cov, dtype=float)),
         },
-        coords=_coords(K, N, d),
+        coords=_coords(K, N, d) if coords is None else coords,
         attrs=attrs,
     )
 
 
 def hyperparameter_dataset(
-    Sigma: np.ndarray, sigma2: np.ndarray, extra: dict[str, Any] | None = None, **attrs: Any
+    Sigma: np.ndarray,
+    sigma2: np.ndarray,
+    extra: dict[str, Any] | None = None,
+    *,
+    coords: dict[str, Any] | None = None,
+    **attrs: Any,
 ) -> xr.Dataset:
     """Wrap ``Sigma`` ``(arm, feature, feature_)`` and ``sigma2`` (arm), plus per-arm extras.
 
     ``extra`` maps a name to either an array with a leading arm axis (shape ``(K,)`` or
-    ``(K, d)``) or a ``(dims, values)`` tuple.
+    ``(K, d)``) or a ``(dims, values)`` tuple. ``coords`` as in :func:`posterior_dataset`
+    (its ``instance`` entry is ignored).
     """
     K, d, _ = Sigma.shape
     data: dict[str, Any] = {
@@ -85,7 +99,57 @@ def hyperparameter_dataset(
             value = np.asarray(value)
             dims = ("arm", "feature", "feature_")[: value.ndim]
             data[name] = (dims, value)
-    return xr.Dataset(data, coords=_coords(K, None, d), attrs=attrs)
+    if coords is None:
+        coords = _coords(K, None, d)
+    else:
+        coords = {k: v for k, v in coords.items() if k != "instance"}
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _check_feature_names(features: Any, d: int | None) -> tuple[str, ...] | None:
+    if features is None:
+        return None
+    if isinstance(features, str) or not hasattr(features, "__iter__"):
+        raise TypeError("features must be a sequence of feature names (str)")
+    names = tuple(features)
+    for f in names:
+        if not isinstance(f, str):
+            raise TypeError(f"features must hold names (str), got {type(f).__name__} {f!r:.80}")
+    if d is not None and len(names) != d:
+        raise ValueError(f"features must name the {d} features, got {len(names)} names")
+    if len(set(names)) != len(names):
+        raise ValueError("features must be unique names")
+    return names
+
+
+def _labels_arg(n: Any, values: Any, n_name: str, name: str, *, minimum: int) -> Labels:
+    """The labels of a policy's instances or arms from its size and/or its labels."""
+    if values is None:
+        return Labels.range(check_positive_int(n, n_name, minimum=minimum), name=name)
+    if isinstance(values, Labels):
+        labels = _copy_labels(values)  # e.g. a restored table: checked, then taken as is
+        labels.name = name
+        labels.check()
+    else:
+        if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+            raise TypeError(f"{name}s must be a sequence of ids, got {type(values).__name__}")
+        values = list(values)
+        if values == list(range(len(values))):
+            labels = Labels.range(len(values), name=name)
+        else:
+            labels = Labels(values, name=name)
+    if n is not None and check_positive_int(n, n_name, minimum=minimum) != len(labels):
+        raise ValueError(f"{n_name} = {n} but {len(labels)} {name} ids are given")
+    if len(labels) < minimum:
+        raise ValueError(f"{name}s must hold at least {minimum} id(s)")
+    return labels
+
+
+def _copy_labels(labels: Labels) -> Labels:
+    out = Labels(name=labels.name)
+    out.kind, out.n = labels.kind, labels.n
+    out._ints, out._utf8, out._ends = labels._ints.copy(), labels._utf8.copy(), labels._ends.copy()
+    return out
 
 
 #: Largest number of entries of the per-(instance, arm) d×d statistics a policy may allocate
@@ -100,6 +164,17 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
     n_instances, n_arms, n_features
         Number of bandit instances (users, tasks), arms shared by every instance, and context
         dimension.
+    instances, arms : sequence of int or str, optional
+        Ids of the instances and the arms (user ids, item names), in code order; by default the
+        integers ``0 .. n-1``. :meth:`select` then takes and returns these ids, and
+        :meth:`posterior`/:meth:`hyperparameters` carry them as coordinates.
+    features : sequence of str, optional
+        Names of the context features (coordinates, and the columns :meth:`update_batch` reads
+        from a DataFrame).
+    grow : bool, optional
+        Accept instance ids the policy has not seen (they start from the shared posterior and
+        take state at their first feedback). Default: when ``n_instances`` is None. Only
+        policies whose state can grow support it (EbmTS/EbmUCB).
     rng
         Seed or :class:`numpy.random.Generator`. Internal randomness (posterior draws,
         tie-breaks, resampling) is drawn from independent child streams of it.
@@ -110,22 +185,50 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
 
     #: number of independent child random streams a subclass needs (tie-breaks use the first)
     _n_streams = 1
+    #: whether the per-instance state can grow (``grow=True``); a subclass that says so
+    #: implements :meth:`_grow`
+    _can_grow = False
     # the read-outs of a subclass hold the policy lock too (see the module docstring);
     # select/update validate outside the lock and take it themselves
     _locked_methods: ClassVar[tuple[str, ...]] = ("posterior", "hyperparameters")
+    #: attributes added since checkpoints were first written, with the value an older
+    #: checkpoint implies (:mod:`hierbandit._restore` fills them in before checking)
+    _checkpoint_added: ClassVar[dict[str, Any]] = {
+        "instances": lambda p: Labels.range(int(p.n_instances), name="instance"),
+        "arms": lambda p: Labels.range(int(p.n_arms), name="arm"),
+        "features": lambda p: None,
+        "grow": lambda p: False,
+    }
 
     def __init__(
         self,
-        n_instances: int,
-        n_arms: int,
+        n_instances: int | None,
+        n_arms: int | None,
         n_features: int,
         *,
+        instances: Any = None,
+        arms: Any = None,
+        features: Any = None,
+        grow: bool | None = None,
         tie_break: str = "random",
         rng: Any = None,
     ) -> None:
-        self.n_instances = check_positive_int(n_instances, "n_instances")
-        self.n_arms = check_positive_int(n_arms, "n_arms")
+        self.grow = (n_instances is None) if grow is None else check_bool(grow, "grow")
+        if self.grow and not self._can_grow:
+            raise ValueError(
+                f"{type(self).__name__} keeps a fixed set of instances: give n_instances "
+                "(EbmTS and EbmUCB accept new instance ids)"
+            )
+        if n_instances is None and instances is None:
+            instances = []
+        self.instances = _labels_arg(
+            n_instances, instances, "n_instances", "instance", minimum=0 if self.grow else 1
+        )
+        self.arms = _labels_arg(n_arms, arms, "n_arms", "arm", minimum=1)
+        self.n_instances = len(self.instances)
+        self.n_arms = len(self.arms)
         self.n_features = check_positive_int(n_features, "n_features")
+        self.features = _check_feature_names(features, self.n_features)
         self.tie_break = check_choice(tie_break, ("random", "first"), "tie_break")
         cells = self.n_instances * self.n_arms * self.n_features**2
         if cells > MAX_STATE_ENTRIES:
@@ -140,16 +243,171 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         #: number of updates seen so far; the round being decided is ``t + 1``
         self.t = 0
 
-    # ------------------------------------------------------------------ public API
-    def select(self, instance: int, context: Any) -> int:
-        """Choose an arm for ``instance`` given ``context`` (shape ``(n_features,)``, entries
-        bounded as in :meth:`update`)."""
-        j = check_index(instance, self.n_instances, "instance")
-        x = check_features(context, self.n_features, "context")
-        with self._lock:
-            return self._select(j, x)
+    # ------------------------------------------------------------------ labels
+    def coords(self, *, instances: bool = True) -> dict[str, np.ndarray]:
+        """Coordinates of the read-outs: arm, instance and feature labels."""
+        names = (
+            np.arange(self.n_features)
+            if self.features is None
+            else np.array(self.features, dtype=object)
+        )
+        out = {"arm": self.arms.to_numpy(), "feature": names, "feature_": names.copy()}
+        if instances:
+            out["instance"] = self.instances.to_numpy()
+        return out
 
-    def update(self, instance: int, context: Any, arm: int, reward: float) -> None:
+    def _instance_code(self, instance: Any) -> int:
+        """Code of an instance id; −1 for an id not seen yet (only when the policy grows)."""
+        if self.instances.kind == "range" and not self.grow:
+            return check_index(instance, self.n_instances, "instance")
+        label = as_label(instance, "instance")
+        code = self.instances.get(label)
+        if code < 0 and not self.grow:
+            raise ValueError(
+                f"instance {label!r:.80} is not one of this policy's {self.n_instances} "
+                "instances (build it with n_instances=None to accept new ids)"
+            )
+        return code
+
+    def _arm_code(self, arm: Any, name: str = "arm") -> int:
+        if self.arms.kind == "range":
+            return check_index(arm, self.n_arms, name)
+        code = self.arms.get(as_label(arm, name))
+        if code < 0:
+            raise ValueError(f"{name} {arm!r:.80} is not one of this policy's arms")
+        return code
+
+    def _arm_label(self, code: int) -> Any:
+        return code if self.arms.kind == "range" else self.arms.label(code)
+
+    def _instance_codes(self, instances: Any, B: int) -> tuple[np.ndarray, list[Any]]:
+        """Codes of B instance ids; ids not seen yet get the codes n, n + 1, … in order of
+        first appearance, returned with the list of those new ids (empty unless growing)."""
+        arr = np.asarray(instances)
+        if arr.ndim != 1 or arr.shape[0] != B:
+            raise ValueError(f"instances must be a 1-D array of {B} ids, got shape {arr.shape}")
+        if self.instances.kind == "range" and not self.grow:
+            if arr.dtype.kind not in "iu":
+                if arr.dtype.kind == "O" and B:
+                    return np.array(
+                        [check_index(v, self.n_instances, "instances") for v in arr],
+                        dtype=np.int64,
+                    ), []
+                if B:
+                    raise TypeError(f"instances must be integer ids, got dtype {arr.dtype}")
+                return np.zeros(0, dtype=np.int64), []
+            codes = arr.astype(np.int64)
+            if B and (codes.min() < 0 or codes.max() >= self.n_instances):
+                bad = codes[(codes < 0) | (codes >= self.n_instances)][0]
+                raise ValueError(f"instances must be in [0, {self.n_instances}), got {bad}")
+            return codes, []
+        codes = np.empty(B, dtype=np.int64)
+        new: dict[Any, int] = {}
+        get = self.instances.get
+        n = self.n_instances
+        for i, v in enumerate(arr.tolist()):
+            label = as_label(v, "instances")
+            c = get(label)
+            if c < 0:
+                if not self.grow:
+                    raise ValueError(
+                        f"instances[{i}] = {label!r:.80} is not one of this policy's "
+                        f"{self.n_instances} instances (build it with n_instances=None to "
+                        "accept new ids)"
+                    )
+                c = new.setdefault(label, n + len(new))
+            codes[i] = c
+        if new:
+            kinds = {isinstance(v, str) for v in new}
+            have = self.instances.kind
+            if len(kinds) > 1 or (self.n_instances and (have == "str") != kinds.pop()):
+                raise TypeError(
+                    "instances: ids must be all integers or all strings, like the ids the "
+                    "policy holds"
+                )
+        return codes, list(new)
+
+    def _arm_codes(self, arms: Any, B: int) -> np.ndarray:
+        arr = np.asarray(arms)
+        if arr.ndim != 1 or arr.shape[0] != B:
+            raise ValueError(f"arms must be a 1-D array of {B} arm ids, got shape {arr.shape}")
+        if self.arms.kind == "range" and arr.dtype.kind in "iu":
+            codes = arr.astype(np.int64)
+            if B and (codes.min() < 0 or codes.max() >= self.n_arms):
+                bad = codes[(codes < 0) | (codes >= self.n_arms)][0]
+                raise ValueError(f"arms must be in [0, {self.n_arms}), got {bad}")
+            return codes
+        return np.array(
+            [self._arm_code(v, f"arms[{i}]") for i, v in enumerate(arr.tolist())], dtype=np.int64
+        )
+
+    def _allowed_mask(self, allowed: Any, B: int) -> np.ndarray | None:
+        """``allowed`` as a (B, K) boolean mask (or None): a boolean array, or one collection
+        of arm ids per request."""
+        if allowed is None:
+            return None
+        arr = np.asarray(allowed) if not isinstance(allowed, list) else None
+        if arr is not None and arr.dtype == bool:
+            if arr.shape != (B, self.n_arms):
+                raise ValueError(
+                    f"allowed must be a ({B}, {self.n_arms}) boolean mask, got {arr.shape}"
+                )
+            mask = arr.copy()
+        else:
+            rows = list(allowed)
+            if len(rows) != B:
+                raise ValueError(f"allowed must give the allowed arms of each of the {B} requests")
+            mask = np.zeros((B, self.n_arms), dtype=bool)
+            for i, row in enumerate(rows):
+                if isinstance(row, str) or not hasattr(row, "__iter__"):
+                    raise TypeError(f"allowed[{i}] must be a collection of arm ids")
+                for a in row:
+                    mask[i, self._arm_code(a, f"allowed[{i}]")] = True
+        empty = ~mask.any(axis=1)
+        if empty.any():
+            raise ValueError(f"allowed[{int(np.flatnonzero(empty)[0])}] allows no arm")
+        return mask
+
+    def _contexts(self, contexts: Any, B: int | None = None) -> np.ndarray:
+        X = _as_matrix(contexts, "contexts")
+        if X.ndim != 2 or X.shape[1] != self.n_features or (B is not None and X.shape[0] != B):
+            want = f"({'B' if B is None else B}, {self.n_features})"
+            raise ValueError(f"contexts must have shape {want}, got {X.shape}")
+        check_feature_array(X, "contexts")
+        return X
+
+    # ------------------------------------------------------------------ public API
+    def select(self, instance: Any, context: Any, *, allowed: Any = None) -> Any:
+        """Choose an arm for ``instance`` given ``context`` (shape ``(n_features,)``, entries
+        bounded as in :meth:`update`); returns the arm's id.
+
+        ``allowed``: the arm ids this request may receive (default all).
+        """
+        x = check_features(context, self.n_features, "context")
+        if allowed is not None:
+            return self.select_batch([instance], x[None, :], allowed=[allowed])[0]
+        j = self._instance_code(instance)
+        with self._lock:
+            return self._arm_label(self._select(j, x))
+
+    def select_batch(self, instances: Any, contexts: Any, *, allowed: Any = None) -> np.ndarray:
+        """Choose arms for B requests in one call: ``instances`` (B ids), ``contexts`` (B, d).
+
+        ``allowed`` (optional): a (B, n_arms) boolean mask, or for each request a collection
+        of arm ids it may receive. Returns the B chosen arm ids, the same as B calls of
+        :meth:`select` in order would return (nothing is learned between them: the
+        policy changes only on feedback).
+        """
+        X = self._contexts(contexts)
+        B = X.shape[0]
+        J, _ = self._instance_codes(instances, B)
+        J[self.n_instances <= J] = -1  # ids not seen yet start from the shared posterior
+        mask = self._allowed_mask(allowed, B)
+        with self._lock:
+            codes = self._select_batch(J, X, mask)
+        return codes if self.arms.kind == "range" else self.arms.labels(codes)
+
+    def update(self, instance: Any, context: Any, arm: Any, reward: float) -> None:
         """Record that ``arm`` was pulled for ``instance`` with ``context`` and paid ``reward``.
 
         ``context`` must be finite with entries of magnitude at most
@@ -160,12 +418,57 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         ``ValueError``/``TypeError`` naming the argument and leaves the policy bit-identical),
         and the compiled kernels that then change the statistics cannot fail on accepted input.
         """
-        j = check_index(instance, self.n_instances, "instance")
         x = check_features(context, self.n_features, "context")
-        k = check_index(arm, self.n_arms, "arm")
+        k = self._arm_code(arm)
         y = check_scalar(reward, "reward", max_abs=MAX_ABS)
+        if self.grow:
+            self.update_batch([instance], x[None, :], [arm], [y])
+            return
+        j = self._instance_code(instance)
         with self._lock:
             self._update(j, x, k, y)
+
+    def update_batch(
+        self, instances: Any, contexts: Any = None, arms: Any = None, rewards: Any = None
+    ) -> None:
+        """Apply B feedback rows in one call, as B calls of :meth:`update` in order would.
+
+        Either four arrays (``instances`` (B,), ``contexts`` (B, d), ``arms`` (B,), ``rewards``
+        (B,)), or one pandas DataFrame with columns ``instance``, ``arm``, ``reward`` and the
+        policy's feature names (``features=`` at construction; ``x0 .. x{d-1}`` otherwise).
+        All rows are checked before any changes; a refused batch leaves the policy as it was.
+        """
+        if contexts is None and arms is None and rewards is None and hasattr(instances, "columns"):
+            instances, contexts, arms, rewards = self._frame_columns(instances)
+        X = self._contexts(contexts)
+        B = X.shape[0]
+        J, new = self._instance_codes(instances, B)
+        Karr = self._arm_codes(arms, B)
+        Y = _as_matrix(rewards, "rewards")
+        if Y.shape != (B,):
+            raise ValueError(f"rewards must have shape ({B},), got {Y.shape}")
+        _check_rewards(Y)
+        with self._lock:
+            if new:
+                self._grow(self.n_instances + len(new))
+                self.instances.extend(new)
+            self._update_batch(J, X, Karr, Y)
+
+    def _frame_columns(self, frame: Any) -> tuple[Any, Any, Any, Any]:
+        names = (
+            list(self.features)
+            if self.features is not None
+            else [f"x{i}" for i in range(self.n_features)]
+        )
+        missing = [c for c in ("instance", "arm", "reward", *names) if c not in frame.columns]
+        if missing:
+            raise ValueError(f"the DataFrame lacks the columns {missing}")
+        return (
+            frame["instance"].to_numpy(),
+            frame[names].to_numpy(dtype=float),
+            frame["arm"].to_numpy(),
+            frame["reward"].to_numpy(),
+        )
 
     @abstractmethod
     def posterior(self) -> xr.Dataset:
@@ -186,6 +489,17 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
             f"n_features={self.n_features})"
         )
 
+    def save(self, path: str | os.PathLike[str]) -> Any:
+        """Write a checkpoint of the full state to ``path`` (``.nc``), atomically
+        (:mod:`hierbandit.checkpoint`); the spare capacity of growing state is dropped first."""
+        with self._lock:
+            self._trim()
+            return super().save(path)
+
+    def _trim(self) -> None:
+        """Drop spare capacity (growing policies); the state is unchanged otherwise."""
+        self.instances.trim()
+
     # ------------------------------------------------------------------ for subclasses
     @abstractmethod
     def _select(self, j: int, x: np.ndarray) -> int:
@@ -195,6 +509,35 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
     def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
         """Unchecked update; must increment ``self.t``."""
 
+    def _select_batch(self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """Unchecked batched selection: arm codes for codes ``J`` (−1: a new instance) and
+        contexts ``X``. By default the loop of :meth:`_select`, which is what it must equal."""
+        if mask is not None:
+            raise ValueError(f"allowed= is not supported by {type(self).__name__}")
+        return np.array(
+            [self._select(int(j), x) for j, x in zip(J, X, strict=True)], dtype=np.int64
+        )
+
+    def _update_batch(self, J: np.ndarray, X: np.ndarray, Karr: np.ndarray, Y: np.ndarray) -> None:
+        """Unchecked batched update, rows in order. By default the loop of :meth:`_update`."""
+        for j, x, k, y in zip(J.tolist(), X, Karr.tolist(), Y.tolist(), strict=True):
+            self._update(j, x, k, y)
+
+    def _grow(self, n: int) -> None:
+        """Make room for ``n`` instances (policies with ``_can_grow``)."""
+        raise NotImplementedError  # pragma: no cover - grow=True is refused at construction
+
+    def _argmax_rows(self, scores: np.ndarray) -> np.ndarray:
+        """:meth:`_argmax` of every row, in order (the tie draws are the loop's)."""
+        k = scores.argmax(axis=1)
+        if self.tie_break == "random" and scores.shape[0]:
+            best = scores[np.arange(scores.shape[0]), k]
+            ties = np.count_nonzero(scores == best[:, None], axis=1)
+            for i in np.flatnonzero(ties > 1):
+                idx = np.flatnonzero(scores[i] == best[i])
+                k[i] = idx[self._tie_rng.integers(idx.size)]
+        return k.astype(np.int64)
+
     def _argmax(self, scores: np.ndarray) -> int:
         """Argmax with the configured tie-break (randomness only when a tie occurs)."""
         k = int(scores.argmax())
@@ -203,6 +546,23 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
             if ties.size > 1:
                 k = int(ties[self._tie_rng.integers(ties.size)])
         return k
+
+
+def _as_matrix(value: Any, name: str) -> np.ndarray:
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{name} must be numeric, got {type(value).__name__}")
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=True)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return arr
+
+
+def _check_rewards(Y: np.ndarray) -> None:
+    if Y.size and np.max(np.abs(Y)) > MAX_ABS:
+        raise ValueError(f"rewards must have magnitude <= {MAX_ABS:g}")
 
 
 def check_alpha(value: Any, name: str = "a") -> float:

@@ -28,6 +28,7 @@ import numba
 import numpy as np
 from numba import njit
 
+from hierbandit.ebm._rows import update_row
 from hierbandit.ebm.base import Policy
 from hierbandit.ebm.linear import LinTS, LinUCB, _index_scores
 from hierbandit.ebm.policy import EbmTS, EbmUCB
@@ -123,12 +124,14 @@ def _ebm_run(
     pulls,
     arrivals,
     rank_one_count,
+    since,
     mu,
     tau,
     t0,
     alpha_tab,
     flags,
     every,
+    budget,
     recompute_every,
     cv_splits,
     eb,
@@ -139,21 +142,22 @@ def _ebm_run(
     """The loop of ``EbmPolicy._select``/``_update`` over one seed's rollout; returns the final t.
 
     ``flags`` = (Thompson?, random tie-break?, global forced init?, global α clock?, literal
-    (4.4)?, estimates any hyperparameter?, needs CV uniforms?). ``eb`` is the policy's
+    (4.4)?, estimates any hyperparameter?, needs CV uniforms?, no forced init?). ``eb`` is the policy's
     ``_eb_args`` tuple. ``mu`` and ``tau`` are the policy's scratch buffers of ``_select``.
     """
-    is_ts, random_tie, forced_global, clock_global, literal_44, estimates_any, need_u = flags
+    is_ts, random_tie, forced_global, clock_global, literal_44, estimates_any, need_u = flags[:7]
+    forced_none = flags[7]
     T = inst.shape[0]
-    Kn, N, d = b.shape[0], b.shape[1], b.shape[2]
+    Kn, N = b.shape[0], b.shape[1]
     s = np.empty(Kn)
-    Sprev = np.empty((d, d))
-    no_uniforms = np.empty((0, 1))
     t = t0
     for step in range(T):
         j = inst[step]
         x = X[step]
         # ---- _select
-        if forced_global:
+        if forced_none:
+            k = -1
+        elif forced_global:
             k = t if t < Kn else -1
         else:
             c = arrivals[j]
@@ -173,75 +177,41 @@ def _ebm_run(
         y = R[step, k]
         # ---- _update
         t += 1
-        arrivals[j] += 1
-        pulls[k] += 1
-        q[k, j] += y * y
-        n_obs[k, j] += 1
-        if estimates_any and pulls[k] % every == 0:
-            for i in range(d):
-                for m in range(d):
-                    G[k, j, i, m] += x[i] * x[m]
-            for i in range(d):
-                b[k, j, i] += x[i] * y
-            U = cv_rng.random((cv_splits, N)) if need_u else no_uniforms
-            Sprev[:, :] = Sigma[k]
-            s2, g, ne, _ok = K.reestimate_arm(
-                G[k],
-                b[k],
-                q[k],
-                n_obs[k],
-                P0[k],
-                h0[k],
-                sigma2[k],
-                Sprev,
-                eb[0],
-                eb[1],
-                eb[2],
-                eb[3],
-                eb[4],
-                eb[5],
-                eb[6],
-                eb[7],
-                eb[8],
-                U,
-                eb[9],
-                eb[10],
-                eb[11],
-                eb[12],
-                Sigma[k],
-                Ct[k],
-                A[k],
-                P[k],
-                r[k],
-                Phi[k],
-                beta0[k],
-            )
-            sigma2[k] = s2
-            gamma[k] = g
-            n_eff[k] = ne
-            rank_one_count[k] = 0
-        else:
-            exact = K.rank_one_update(
-                x, y, G[k, j], b[k, j], Ct[k, j], A[k, j], P[k], r[k], Phi[k], beta0[k], sigma2[k]
-            )
-            rank_one_count[k] += 1
-            # as the policy: an ill-conditioned step was not applied, recompute the arm
-            if not exact or rank_one_count[k] >= recompute_every:
-                K.arm_posterior(
-                    G[k],
-                    b[k],
-                    Sigma[k],
-                    sigma2[k],
-                    P0[k],
-                    h0[k],
-                    Ct[k],
-                    A[k],
-                    P[k],
-                    r[k],
-                    Phi[k],
-                    beta0[k],
-                )
-                rank_one_count[k] = 0
+        update_row(
+            j,
+            x,
+            k,
+            y,
+            N,
+            G,
+            b,
+            q,
+            n_obs,
+            Sigma,
+            sigma2,
+            gamma,
+            n_eff,
+            Ct,
+            A,
+            P,
+            r,
+            Phi,
+            beta0,
+            P0,
+            h0,
+            pulls,
+            arrivals,
+            rank_one_count,
+            since,
+            estimates_any,
+            need_u,
+            every,
+            budget,
+            recompute_every,
+            cv_splits,
+            eb,
+            cv_rng,
+        )
     return t
 
 
@@ -260,6 +230,7 @@ def _ebm_run_policy(policy: Any, inst: np.ndarray, X: np.ndarray, R: np.ndarray,
         bool(p._literal_44),
         bool(p._estimates_any),
         bool(p._need_uniforms),
+        p.forced_init == "none",
     )
     eb = tuple(p._eb_args)  # Python scalars already (EBOptions._kernel): one compiled signature
 
@@ -287,12 +258,14 @@ def _ebm_run_policy(policy: Any, inst: np.ndarray, X: np.ndarray, R: np.ndarray,
         p.pulls,
         p.arrivals,
         p._rank_one_count,
+        p._since_estimate,
         p._mu,
         p._tau,
         int(p.t),
         alpha_tab,
         flags,
-        int(p.hyper_update_every),
+        p._every,
+        float(p.hyper_update_budget),
         int(p.recompute_every),
         int(p.eb_options.cv_splits),
         eb,
@@ -397,7 +370,7 @@ def _ridge_run_policy(
 # ---------------------------------------------------------------------- public API
 _EBM_FLOAT = ("G", "b", "q", "Sigma", "sigma2", "gamma", "_Ct", "_A", "_P", "_r", "_Phi")
 _EBM_FLOAT += ("_beta0", "_P0", "_h0", "_mu", "_tau")
-_EBM_INT = ("n_obs", "n_eff", "pulls", "arrivals", "_rank_one_count")
+_EBM_INT = ("n_obs", "n_eff", "pulls", "arrivals", "_rank_one_count", "_since_estimate")
 _RIDGE_FLOAT = ("G", "b", "q", "Ainv", "theta")
 _HOT_METHODS = (
     "_select",
@@ -454,6 +427,10 @@ def batched_unsupported(policy: Any) -> str | None:
     replaced = sorted(set(vars(policy)) & set(_HOT_METHODS))
     if replaced:
         return f"{cls.__name__} instance replaces the method(s) {replaced}"
+    if cls in (EbmTS, EbmUCB) and policy.grow:
+        return (
+            f"{cls.__name__} accepts new instances (grow=True); the compiled loop runs a fixed set"
+        )
     if cls in (EbmTS, EbmUCB):
         bad = _bad_arrays(policy, _EBM_FLOAT, "f") + _bad_arrays(policy, _EBM_INT, "i")
         gens = ("_tie_rng", "_ts_rng", "_cv_rng")

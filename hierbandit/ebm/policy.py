@@ -20,23 +20,24 @@ length.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import xarray as xr
 
+from hierbandit._labels import Labels
 from hierbandit._validation import (
     MAX_VARIANCE,
     check_choice,
     check_covariance,
     check_features,
-    check_index,
     check_positive_int,
     check_regularisation,
     check_scalar,
     check_variance,
 )
-from hierbandit.ebm.base import Policy, hyperparameter_dataset, posterior_dataset
+from hierbandit.ebm import _rows
+from hierbandit.ebm.base import Policy, _labels_arg, hyperparameter_dataset, posterior_dataset
 from hierbandit.stats import kernels as K
 from hierbandit.stats.empirical_bayes import EBOptions
 from hierbandit.stats.hierarchical import shared_prior_arrays
@@ -57,13 +58,22 @@ class EbmPolicy(Policy):
         [1e-6, 1e6] (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``).
     a : float, default 0.1
         Exploration scale, α_t = a·√(log t) (paper §5, §7).
-    hyper_update_every : int, default 1
-        Re-estimate (Σ̂_k, σ̂²_k) every m-th pull of arm k. 1 is the paper (Algorithm 1, line 11);
-        in between, exact rank-one updates with the hyperparameters held fixed. When
-        ``eb_options`` freezes both hyperparameters every update is a rank-one update.
-    forced_init : {"global", "per_instance"}, default "global"
+    hyper_update_every : int, optional
+        Re-estimate (Σ̂_k, σ̂²_k) every m-th pull of arm k; 1 is the paper (Algorithm 1, line
+        11). In between, exact rank-one updates with the hyperparameters held fixed. By default
+        (None) the schedule keeps the cost of a step flat in the number of instances N: arm k
+        is re-estimated once the pulls since its last re-estimation reach
+        N / ``hyper_update_budget`` (every pull while N ≤ ``hyper_update_budget``, as in the
+        paper; docs/decisions/ebm.md S1). When ``eb_options`` freezes both hyperparameters
+        every update is a rank-one update.
+    hyper_update_budget : float, default 10
+        Of the default schedule: a re-estimation costs O(N d³), one every N / budget pulls
+        costs O(budget · d³) per pull, amortised.
+    forced_init : {"global", "per_instance", "none"}, optional
         "global" is Algorithm 1 line 9 as printed (rounds t ≤ K pull arm t, whichever instance
-        arrives); "per_instance" cycles through the arms on each instance's first K arrivals.
+        arrives); "per_instance" cycles through the arms on each instance's first K arrivals;
+        "none" forces nothing. Default: "global", or "none" when a ``prior`` is given (the
+        prior already says what each arm is worth).
     alpha_clock : {"global", "instance"}, default "global"
         t in α_t is the global round (the paper) or the arriving instance's own arrival count.
     Sigma_init : array (d, d) or (K, d, d), optional
@@ -90,6 +100,10 @@ class EbmPolicy(Policy):
         With a prior: "init" lets empirical Bayes re-estimate (Σ_k, σ²_k) from the online data
         as soon as it can (the prior's values are initial values); "fixed" keeps the prior's
         hyperparameters for good, so every update is an exact rank-one update.
+    instances, arms, features, grow
+        Ids of instances and arms, feature names, and whether new instance ids are accepted
+        (:class:`~hierbandit.ebm.base.Policy`). With a ``prior``, ``n_arms``, ``n_features``,
+        ``arms`` and ``features`` default to the prior's.
     tie_break : {"random", "first"}
     rng : seed or numpy Generator
         Streams: tie-breaks, Thompson draws, cross-validation splits.
@@ -98,16 +112,26 @@ class EbmPolicy(Policy):
     _n_streams = 3
     exploration = "ucb"
 
+    _can_grow = True
+    _checkpoint_added: ClassVar[dict[str, Any]] = {
+        **Policy._checkpoint_added,
+        "arms": lambda p: _implied_labels(p)[0],
+        "features": lambda p: _implied_labels(p)[1],
+        "_since_estimate": lambda p: np.zeros(int(p.n_arms), dtype=np.int64),
+        "hyper_update_budget": lambda p: 10.0,
+    }
+
     def __init__(
         self,
-        n_instances: int,
-        n_arms: int,
-        n_features: int,
+        n_instances: int | None = None,
+        n_arms: int | None = None,
+        n_features: int | None = None,
         lam: float = 1e-3,
         a: float = 0.1,
         *,
-        hyper_update_every: int = 1,
-        forced_init: str = "global",
+        hyper_update_every: int | None = None,
+        hyper_update_budget: float = 10.0,
+        forced_init: str | None = None,
         alpha_clock: str = "global",
         Sigma_init: Any = None,
         sigma2_init: Any = 1.0,
@@ -116,15 +140,48 @@ class EbmPolicy(Policy):
         recompute_every: int = 10_000,
         prior: Any = None,
         prior_mode: str = "init",
+        instances: Any = None,
+        arms: Any = None,
+        features: Any = None,
+        grow: bool | None = None,
         tie_break: str = "random",
         rng: Any = None,
     ) -> None:
-        super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
+        if prior is not None:
+            n_arms, n_features, arms, features = _prior_labels(
+                prior, n_arms, n_features, arms, features
+            )
+        if n_features is None:
+            raise TypeError("n_features is required (or a prior to take it from)")
+        if n_arms is None and arms is None:
+            raise TypeError("n_arms or arms is required (or a prior to take them from)")
+        super().__init__(
+            n_instances,
+            n_arms,
+            n_features,
+            instances=instances,
+            arms=arms,
+            features=features,
+            grow=grow,
+            tie_break=tie_break,
+            rng=rng,
+        )
         N, Kn, d = self.n_instances, self.n_arms, self.n_features
         self.lam = check_regularisation(lam, "lam")
         self.a = check_scalar(a, "a", low=0.0)
-        self.hyper_update_every = check_positive_int(hyper_update_every, "hyper_update_every")
-        self.forced_init = check_choice(forced_init, ("global", "per_instance"), "forced_init")
+        self.hyper_update_every = (
+            None
+            if hyper_update_every is None
+            else check_positive_int(hyper_update_every, "hyper_update_every")
+        )
+        self.hyper_update_budget = check_scalar(hyper_update_budget, "hyper_update_budget", low=0.0)
+        if not self.hyper_update_budget > 0:
+            raise ValueError("hyper_update_budget must be > 0")
+        if forced_init is None:
+            forced_init = "global" if prior is None else "none"
+        self.forced_init = check_choice(
+            forced_init, ("global", "per_instance", "none"), "forced_init"
+        )
         self.alpha_clock = check_choice(alpha_clock, ("global", "instance"), "alpha_clock")
         self.mean_formula = check_choice(mean_formula, ("4.2", "4.4-literal"), "mean_formula")
         self.recompute_every = check_positive_int(recompute_every, "recompute_every")
@@ -193,6 +250,8 @@ class EbmPolicy(Policy):
         self.pulls = np.zeros(Kn, dtype=np.int64)
         self.arrivals = np.zeros(N, dtype=np.int64)
         self._rank_one_count = np.zeros(Kn, dtype=np.int64)
+        #: pulls of each arm since its last re-estimation (the default schedule)
+        self._since_estimate = np.zeros(Kn, dtype=np.int64)
         self._mu = np.zeros(Kn)  # scratch buffers of _select
         self._tau = np.zeros(Kn)
         for k in range(Kn):
@@ -230,15 +289,16 @@ class EbmPolicy(Policy):
 
     def _recompute_arm(self, k: int) -> None:
         """Posterior of arm k from its sufficient statistics with the current hyperparameters."""
+        n = self.n_instances
         K.arm_posterior(
-            self.G[k],
-            self.b[k],
+            self.G[k, :n],
+            self.b[k, :n],
             self.Sigma[k],
             self.sigma2[k],
             self._P0[k],
             self._h0[k],
-            self._Ct[k],
-            self._A[k],
+            self._Ct[k, :n],
+            self._A[k, :n],
             self._P[k],
             self._r[k],
             self._Phi[k],
@@ -253,11 +313,12 @@ class EbmPolicy(Policy):
             if (self._need_uniforms)
             else _NO_UNIFORMS
         )
+        n = self.n_instances
         sigma2, gamma, n_eff, _ = K.reestimate_arm(
-            self.G[k],
-            self.b[k],
-            self.q[k],
-            self.n_obs[k],
+            self.G[k, :n],
+            self.b[k, :n],
+            self.q[k, :n],
+            self.n_obs[k, :n],
             self._P0[k],
             self._h0[k],
             self.sigma2[k],
@@ -266,8 +327,8 @@ class EbmPolicy(Policy):
             U,
             *self._eb_args[9:],
             self.Sigma[k],
-            self._Ct[k],
-            self._A[k],
+            self._Ct[k, :n],
+            self._A[k, :n],
             self._P[k],
             self._r[k],
             self._Phi[k],
@@ -277,19 +338,44 @@ class EbmPolicy(Policy):
         self.gamma[k] = gamma
         self.n_eff[k] = n_eff
         self._rank_one_count[k] = 0
+        self._since_estimate[k] = 0
 
     def _alpha(self, j: int) -> float:
-        t = self.t + 1 if self.alpha_clock == "global" else int(self.arrivals[j]) + 1
+        if self.alpha_clock == "global":
+            t = self.t + 1
+        else:
+            t = (int(self.arrivals[j]) if j >= 0 else 0) + 1
         return self.a * math.sqrt(math.log(t))
 
     def _forced_arm(self, j: int) -> int:
         if self.forced_init == "global":
             return self.t if self.t < self.n_arms else -1
-        c = int(self.arrivals[j])
+        if self.forced_init == "none":
+            return -1
+        c = int(self.arrivals[j]) if j >= 0 else 0
         return c if c < self.n_arms else -1
 
     def _moments(self, j: int, x: np.ndarray, mu: np.ndarray, tau: np.ndarray) -> None:
-        """μ̂ (5.1) and τ (5.2) of every arm for instance j into ``mu``, ``tau``."""
+        """μ̂ (5.1) and τ (5.2) of every arm for instance j into ``mu``, ``tau`` (j = −1: an
+        instance without state, which the shared posterior describes)."""
+        if j < 0:
+            Ct0, A0 = self._empty_blocks()
+            K.score_requests(
+                x[None, :],
+                np.array([-1]),
+                self._Ct,
+                self._A,
+                self.b,
+                self._beta0,
+                self._Phi,
+                self.sigma2,
+                Ct0,
+                A0,
+                self._literal_44,
+                mu[None, :],
+                tau[None, :],
+            )
+            return
         K.score_arms(
             x,
             j,
@@ -318,12 +404,22 @@ class EbmPolicy(Policy):
         return self._argmax(self._scores(j, x))
 
     def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
+        if j == self.n_instances:  # a new instance (the caller made room)
+            _rows.register_instance(j, self.Sigma, self.sigma2, self._Ct, self._A)
+            self.n_instances += 1
         self.t += 1
         self.arrivals[j] += 1
         self.pulls[k] += 1
+        self._since_estimate[k] += 1
         self.q[k, j] += y * y
         self.n_obs[k, j] += 1
-        if self._estimates_any and self.pulls[k] % self.hyper_update_every == 0:
+        if self._estimates_any and _rows.reestimate_due(
+            self.pulls[k],
+            self._since_estimate[k],
+            self._every,
+            self.hyper_update_budget,
+            self.n_instances,
+        ):
             G, b = self.G[k, j], self.b[k, j]
             G += np.multiply.outer(x, x)
             b += x * y
@@ -348,14 +444,143 @@ class EbmPolicy(Policy):
             if not exact or self._rank_one_count[k] >= self.recompute_every:
                 self._recompute_arm(k)
 
+    @property
+    def _every(self) -> int:
+        """``hyper_update_every`` for the kernels (0: the default schedule)."""
+        return 0 if self.hyper_update_every is None else int(self.hyper_update_every)
+
+    def _empty_blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """C̃ and A of an instance without data, per arm (:func:`~hierbandit.stats.kernels.empty_blocks`)."""
+        Kn, d = self.n_arms, self.n_features
+        Ct0, A0 = np.empty((Kn, d, d)), np.empty((Kn, d, d))
+        for k in range(Kn):
+            K.empty_blocks(self.Sigma[k], self.sigma2[k], Ct0[k], A0[k])
+        return Ct0, A0
+
+    # ------------------------------------------------------------------ batches
+    def _select_batch(self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """Every request scored in one kernel call; the random draws are those of the loop of
+        :meth:`_select` (K Thompson normals per request that is not forced, a tie draw only on
+        a tie), so the arms are the loop's."""
+        B, Kn = X.shape[0], self.n_arms
+        out = np.empty(B, dtype=np.int64)
+        forced = (
+            np.array([self._forced_arm(int(j)) for j in J], dtype=np.int64)
+            if (self.forced_init != "none")
+            else np.full(B, -1, dtype=np.int64)
+        )
+        if mask is not None:
+            # a forced arm the request may not receive: the request is scored instead
+            rows = np.flatnonzero(forced >= 0)
+            forced[rows[~mask[rows, forced[rows]]]] = -1
+        free = np.flatnonzero(forced < 0)
+        out[forced >= 0] = forced[forced >= 0]
+        if free.size == 0:
+            return out
+        MU = np.empty((free.size, Kn))
+        TAU = np.empty((free.size, Kn))
+        Ct0, A0 = self._empty_blocks() if np.any(J[free] < 0) else (self._Ct[:, 0], self._A[:, 0])
+        K.score_requests(
+            X[free],
+            J[free],
+            self._Ct,
+            self._A,
+            self.b,
+            self._beta0,
+            self._Phi,
+            self.sigma2,
+            Ct0,
+            A0,
+            self._literal_44,
+            MU,
+            TAU,
+        )
+        if self.alpha_clock == "global":
+            alpha = np.full(free.size, self._alpha(0))
+        else:
+            alpha = np.array([self._alpha(int(j)) for j in J[free]])
+        if self.exploration == "ucb":
+            scores = MU + alpha[:, None] * TAU
+        else:
+            Z = self._ts_rng.standard_normal((free.size, Kn))
+            scores = MU + alpha[:, None] * TAU * Z
+        if mask is not None:
+            scores[~mask[free]] = -np.inf
+        out[free] = self._argmax_rows(scores)
+        return out
+
+    def _update_batch(self, J: np.ndarray, X: np.ndarray, Karr: np.ndarray, Y: np.ndarray) -> None:
+        """All rows in one kernel call (:func:`hierbandit.ebm._rows.apply_rows`), identical to
+        the loop of :meth:`_update`."""
+        self.n_instances = _rows.apply_rows(
+            J,
+            X,
+            Karr,
+            Y,
+            self.n_instances,
+            self.G,
+            self.b,
+            self.q,
+            self.n_obs,
+            self.Sigma,
+            self.sigma2,
+            self.gamma,
+            self.n_eff,
+            self._Ct,
+            self._A,
+            self._P,
+            self._r,
+            self._Phi,
+            self._beta0,
+            self._P0,
+            self._h0,
+            self.pulls,
+            self.arrivals,
+            self._rank_one_count,
+            self._since_estimate,
+            bool(self._estimates_any),
+            bool(self._need_uniforms),
+            self._every,
+            float(self.hyper_update_budget),
+            int(self.recompute_every),
+            int(self.eb_options.cv_splits),
+            tuple(self._eb_args),
+            self._cv_rng,
+        )
+        self.t += int(J.shape[0])
+
+    def _grow(self, n: int) -> None:
+        """Room for ``n`` instances: the per-instance arrays grow by doubling, new rows zero."""
+        cap = self.arrivals.shape[0]
+        if n <= cap:
+            return
+        new_cap = max(n, 2 * cap, 16)
+        for name, axis in _INSTANCE_AXIS.items():
+            old = getattr(self, name)
+            shape = list(old.shape)
+            shape[axis] = new_cap
+            arr = np.zeros(shape, dtype=old.dtype)
+            arr[(slice(None),) * axis + (slice(0, cap),)] = old
+            setattr(self, name, arr)
+
+    def _trim(self) -> None:
+        super()._trim()
+        n = self.n_instances
+        for name, axis in _INSTANCE_AXIS.items():
+            arr = getattr(self, name)
+            if arr.shape[axis] != n:
+                setattr(self, name, arr[(slice(None),) * axis + (slice(0, n),)].copy())
+
     # ------------------------------------------------------------------ public
-    def predict(self, instance: int, context: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean μ̂ (5.1) and standard deviation τ (5.2) of every arm's mean reward."""
-        j = check_index(instance, self.n_instances, "instance")
+    def predict(self, instance: Any, context: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean μ̂ (5.1) and standard deviation τ (5.2) of every arm's mean reward
+        (in the order of ``arms``; a new instance id gets the shared posterior's)."""
+        j = self._instance_code(instance)
         x = check_features(context, self.n_features, "context")
         mu = np.empty(self.n_arms)
         tau = np.empty(self.n_arms)
-        self._moments(j, x, mu, tau)
+        with self._lock:
+            self._moments(j, x, mu, tau)
         return mu, tau
 
     def posterior(self) -> xr.Dataset:
@@ -368,8 +593,19 @@ class EbmPolicy(Policy):
         Kn, N, d = self.n_arms, self.n_instances, self.n_features
         mean = np.empty((Kn, N, d))
         cov = np.empty((Kn, N, d, d))
-        K.all_moments(self._Ct, self._A, self.b, self._beta0, self._Phi, self.sigma2, mean, cov)
-        ds = posterior_dataset(mean, cov, policy=type(self).__name__, t=self.t)
+        K.all_moments(
+            self._Ct[:, :N],
+            self._A[:, :N],
+            self.b[:, :N],
+            self._beta0,
+            self._Phi,
+            self.sigma2,
+            mean,
+            cov,
+        )
+        ds = posterior_dataset(
+            mean, cov, coords=self.coords(), policy=type(self).__name__, t=self.t
+        )
         ds["shared_mean"] = (("arm", "feature"), self._beta0.copy())
         ds["shared_cov"] = (("arm", "feature", "feature_"), self._Phi.copy())
         return ds
@@ -384,12 +620,54 @@ class EbmPolicy(Policy):
                 "n_eff": self.n_eff.copy(),
                 "pulls": self.pulls.copy(),
             },
+            coords=self.coords(instances=False),
             lam=self.lam,
             a=self.a,
         )
 
 
 _NO_UNIFORMS = np.empty((0, 1))
+
+#: the arrays with an instance axis (the axis), which grow as instances arrive
+_INSTANCE_AXIS = {"G": 1, "b": 1, "q": 1, "n_obs": 1, "_Ct": 1, "_A": 1, "arrivals": 0}
+
+
+def _implied_labels(p: Any) -> tuple[Any, Any]:
+    """Arm labels and feature names a policy saved before they existed would have now."""
+    if p.prior is None:
+        return Labels.range(int(p.n_arms), name="arm"), None
+    _, _, arms, features = _prior_labels(p.prior, None, int(p.n_features), None, None)
+    arms = Labels.range(int(p.n_arms), name="arm") if arms is None else arms
+    return _labels_arg(None, arms, "n_arms", "arm", minimum=1), (
+        None if features is None else tuple(features)
+    )
+
+
+def _prior_labels(
+    prior: Any, n_arms: Any, n_features: Any, arms: Any, features: Any
+) -> tuple[Any, Any, Any, Any]:
+    """Sizes and labels a policy takes from a fitted prior when they are not given: the arm
+    coordinate as the arm ids, the feature coordinate as the feature names (when they are
+    strings)."""
+    try:
+        shape = np.shape(prior.Sigma)
+    except AttributeError as exc:
+        raise TypeError("prior must provide shared_mean, shared_cov, Sigma and sigma2") from exc
+    if len(shape) != 3:
+        raise ValueError(f"prior.Sigma must have shape (K, d, d), got {shape}")
+    ds = getattr(prior, "dataset", None)
+    if arms is None and n_arms is None:
+        if ds is not None and "arm" in ds.coords:
+            arms = ds["arm"].values.tolist()
+        else:
+            n_arms = shape[0]
+    if features is None and ds is not None and "feature" in ds.coords:
+        names = ds["feature"].values.tolist()
+        if all(isinstance(f, str) for f in names) and (n_features in (None, len(names))):
+            features = names
+    if n_features is None:
+        n_features = shape[1]
+    return n_arms, n_features, arms, features
 
 
 def _bounded_cov(S: np.ndarray, name: str) -> np.ndarray:

@@ -72,8 +72,14 @@ def make_policies(
     names: Sequence[str] = POLICY_NAMES,
     **ebm_kwargs: Any,
 ) -> dict[str, Policy]:
-    """The paper's policies with their published defaults (fresh, untrained)."""
+    """The paper's policies with their published defaults (fresh, untrained).
+
+    EbmTS and EbmUCB re-estimate their hyperparameters at every pull, as the paper does
+    (``hyper_update_every=1``), unless ``ebm_kwargs`` says otherwise.
+    """
     from hierbandit.ebm.linear import LinTS, LinUCB, OLSBandit
+
+    ebm_kwargs = {"hyper_update_every": 1, **ebm_kwargs}
     from hierbandit.ebm.rmbandit import RMBandit
 
     classes: dict[str, tuple[type[Policy], dict[str, Any]]] = {
@@ -117,7 +123,7 @@ def run_setting(
     """Simulate every policy on a named setting; returns the (policy, seed, step) Dataset.
 
     ``first_seed`` starts the window of replications (:func:`simulate`);
-    ``hyper_update_every`` is passed to EbmTS and EbmUCB when given (their own default
+    ``hyper_update_every`` is passed to EbmTS and EbmUCB when given (every pull, the paper's,
     otherwise) and recorded in the attributes.
     """
     env = make_env(setting)

@@ -270,6 +270,54 @@ def shared_inverse_into(P, P0, Phi, L, Li):
 
 
 @njit(**_JIT)
+def _ct_a(Gj, Sigma, sigma2, triangular, Lr, Linv, Ctj, Aj, Minv, M, K, R, W):
+    """C̃_j and A_j = σ²M_j⁻¹ of one instance into ``Ctj``, ``Aj`` (``Minv`` holds M_j⁻¹).
+
+    Σ = Lr Lrᵀ; ``triangular`` says whether Lr is an invertible Cholesky factor (``Linv`` =
+    Lr⁻¹), else Σ is singular and M_j = ΣG_j + σ²I is inverted by Gauss–Jordan.
+    """
+    d = Gj.shape[0]
+    if triangular:
+        instance_blocks(Gj, Lr, Linv, sigma2, Ctj, Minv, K, R, W)
+    else:
+        # singular Σ: C̃_j by gram_ctilde, M = ΣG_j + σ²I by Gauss–Jordan
+        gram_ctilde(Gj, Lr, sigma2, Ctj, K, R, W, False)
+        for i in range(d):
+            for k in range(d):
+                s = 0.0
+                for m in range(d):
+                    s += Sigma[i, m] * Gj[m, k]
+                M[i, k] = s + (sigma2 if i == k else 0.0)
+        if not inv_general_into(M, Minv, W):
+            # an exactly singular pivot (σ² lost to rounding): σ²M⁻¹ = I − C̃_j G_j
+            for i in range(d):
+                for k in range(d):
+                    s = 0.0
+                    for m in range(d):
+                        s += Ctj[i, m] * Gj[m, k]
+                    Minv[i, k] = ((1.0 if i == k else 0.0) - s) / sigma2
+    for i in range(d):
+        for k in range(d):
+            Aj[i, k] = sigma2 * Minv[i, k]
+
+
+@njit(**_JIT)
+def empty_blocks(Sigma, sigma2, Ct, A):
+    """C̃ and A of an instance without data (G = 0) of one arm, exactly as
+    :func:`arm_posterior` computes them, into ``Ct`` and ``A`` (d, d).
+
+    They are Σ/σ² and I up to rounding; a newly registered instance starts from them.
+    """
+    d = Sigma.shape[0]
+    buf = np.zeros((8, d, d))
+    M, Minv, Lr, K, R, W, Linv, G0 = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7]
+    triangular = sigma_root_into(Sigma, Lr, M)
+    if triangular:
+        cholesky_inverse_lower(Lr, Linv)
+    _ct_a(G0, Sigma, sigma2, triangular, Lr, Linv, Ct, A, Minv, M, K, R, W)
+
+
+@njit(**_JIT)
 def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
     """Exact two-level posterior of one arm from per-instance sufficient statistics.
 
@@ -296,28 +344,7 @@ def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
         for k in range(d):
             P[i, k] = P0[i, k]
     for j in range(N):
-        if triangular:
-            instance_blocks(G[j], Lr, Linv, sigma2, Ct[j], Minv, K, R, W)
-        else:
-            # singular Σ: C̃_j by gram_ctilde, M = ΣG_j + σ²I by Gauss–Jordan
-            gram_ctilde(G[j], Lr, sigma2, Ct[j], K, R, W, False)
-            for i in range(d):
-                for k in range(d):
-                    s = 0.0
-                    for m in range(d):
-                        s += Sigma[i, m] * G[j, m, k]
-                    M[i, k] = s + (sigma2 if i == k else 0.0)
-            if not inv_general_into(M, Minv, W):
-                # an exactly singular pivot (σ² lost to rounding): σ²M⁻¹ = I − C̃_j G_j
-                for i in range(d):
-                    for k in range(d):
-                        s = 0.0
-                        for m in range(d):
-                            s += Ct[j, i, m] * G[j, m, k]
-                        Minv[i, k] = ((1.0 if i == k else 0.0) - s) / sigma2
-        for i in range(d):
-            for k in range(d):
-                A[j, i, k] = sigma2 * Minv[i, k]
+        _ct_a(G[j], Sigma, sigma2, triangular, Lr, Linv, Ct[j], A[j], Minv, M, K, R, W)
         # P += Minvᵀ G_j ; r += Minvᵀ b_j   (A_jᵀ/σ² = Minvᵀ)
         for i in range(d):
             s = 0.0
@@ -405,39 +432,71 @@ def all_moments(Ct, A, b, beta0, Phi, sigma2, mean, cov):
 
 
 @njit(**_JIT)
-def score_arms(x, j, Ct, A, b, beta0, Phi, sigma2, literal_44, mu, tau):
-    """Predicted mean μ̂ (5.1) and posterior sd τ (5.2) of every arm for instance ``j``.
+def score_one(x, C, Ak, bkj, beta0k, Phik, sigma2k, literal_44, u):
+    """μ̂ (5.1) and τ (5.2) of one (arm, instance) from its C̃, A and b (``u``: scratch (d,)).
 
     τ² = σ² xᵀC̃x + (Aᵀx)ᵀ Φ (Aᵀx), which never forms C_j. With ``literal_44`` the mean is the
     paper's printed (4.4), xᵀ(A β̂₀ + C̃ b)/σ², kept only to document the typo.
     """
-    K = b.shape[0]
     d = x.shape[0]
-    u = np.empty(d)
+    m = 0.0
+    q = 0.0
+    for i in range(d):
+        ci = 0.0
+        ui = 0.0
+        bi = 0.0
+        for m_ in range(d):
+            ci += C[i, m_] * x[m_]
+            ui += Ak[m_, i] * x[m_]
+            bi += Ak[i, m_] * beta0k[m_] + C[i, m_] * bkj[m_]
+        u[i] = ui
+        m += x[i] * bi
+        q += x[i] * ci
+    v = sigma2k * q
+    for i in range(d):
+        s = 0.0
+        for m_ in range(d):
+            s += Phik[i, m_] * u[m_]
+        v += u[i] * s
+    mu = m / sigma2k if literal_44 else m
+    tau = np.sqrt(v) if v > 0.0 else 0.0
+    return mu, tau
+
+
+@njit(**_JIT)
+def score_arms(x, j, Ct, A, b, beta0, Phi, sigma2, literal_44, mu, tau):
+    """Predicted mean μ̂ (5.1) and posterior sd τ (5.2) of every arm for instance ``j``
+    (:func:`score_one` for each arm)."""
+    K = b.shape[0]
+    u = np.empty(x.shape[0])
     for k in range(K):
-        C = Ct[k, j]
-        Ak = A[k, j]
-        m = 0.0
-        q = 0.0
-        for i in range(d):
-            ci = 0.0
-            ui = 0.0
-            bi = 0.0
-            for m_ in range(d):
-                ci += C[i, m_] * x[m_]
-                ui += Ak[m_, i] * x[m_]
-                bi += Ak[i, m_] * beta0[k, m_] + C[i, m_] * b[k, j, m_]
-            u[i] = ui
-            m += x[i] * bi
-            q += x[i] * ci
-        v = sigma2[k] * q
-        for i in range(d):
-            s = 0.0
-            for m_ in range(d):
-                s += Phi[k, i, m_] * u[m_]
-            v += u[i] * s
-        mu[k] = m / sigma2[k] if literal_44 else m
-        tau[k] = np.sqrt(v) if v > 0.0 else 0.0
+        mu[k], tau[k] = score_one(
+            x, Ct[k, j], A[k, j], b[k, j], beta0[k], Phi[k], sigma2[k], literal_44, u
+        )
+
+
+@njit(**_JIT)
+def score_requests(X, J, Ct, A, b, beta0, Phi, sigma2, Ct0, A0, literal_44, MU, TAU):
+    """:func:`score_arms` for B requests: row i scores instance ``J[i]`` with context ``X[i]``
+    into ``MU[i]``, ``TAU[i]``; ``J[i] = -1`` is an instance without state, scored from the
+    empty-instance blocks ``Ct0[k]``, ``A0[k]`` (:func:`empty_blocks`) and b = 0."""
+    B = X.shape[0]
+    Kn = Ct.shape[0]
+    d = X.shape[1]
+    u = np.empty(d)
+    zero = np.zeros(d)
+    for i in range(B):
+        j = J[i]
+        x = X[i]
+        for k in range(Kn):
+            if j >= 0:
+                MU[i, k], TAU[i, k] = score_one(
+                    x, Ct[k, j], A[k, j], b[k, j], beta0[k], Phi[k], sigma2[k], literal_44, u
+                )
+            else:
+                MU[i, k], TAU[i, k] = score_one(
+                    x, Ct0[k], A0[k], zero, beta0[k], Phi[k], sigma2[k], literal_44, u
+                )
 
 
 @njit(**_JIT)
