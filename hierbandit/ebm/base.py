@@ -219,15 +219,15 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
                 f"{type(self).__name__} keeps a fixed set of instances: give n_instances "
                 "(EbmTS and EbmUCB accept new instance ids)"
             )
+        self.n_features = check_positive_int(n_features, "n_features")
         if n_instances is None and instances is None:
             instances = []
         self.instances = _labels_arg(
             n_instances, instances, "n_instances", "instance", minimum=0 if self.grow else 1
         )
         self.arms = _labels_arg(n_arms, arms, "n_arms", "arm", minimum=1)
-        self.n_instances = len(self.instances)
-        self.n_arms = len(self.arms)
-        self.n_features = check_positive_int(n_features, "n_features")
+        self.n_instances = self.instances.n
+        self.n_arms = self.arms.n
         self.features = _check_feature_names(features, self.n_features)
         self.tie_break = check_choice(tie_break, ("random", "first"), "tie_break")
         cells = self.n_instances * self.n_arms * self.n_features**2
