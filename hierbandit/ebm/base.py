@@ -386,9 +386,8 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         x = check_features(context, self.n_features, "context")
         if allowed is not None:
             return self.select_batch([instance], x[None, :], allowed=[allowed])[0]
-        j = self._instance_code(instance)
         with self._lock:
-            return self._arm_label(self._select(j, x))
+            return self._arm_label(self._select(self._instance_code(instance), x))
 
     def select_batch(self, instances: Any, contexts: Any, *, allowed: Any = None) -> np.ndarray:
         """Choose arms for B requests in one call: ``instances`` (B ids), ``contexts`` (B, d).
@@ -400,10 +399,10 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         """
         X = self._contexts(contexts)
         B = X.shape[0]
-        J, _ = self._instance_codes(instances, B)
-        J[self.n_instances <= J] = -1  # ids not seen yet start from the shared posterior
         mask = self._allowed_mask(allowed, B)
-        with self._lock:
+        with self._lock:  # the codes of ids are read under the lock (another thread may add ids)
+            J, _ = self._instance_codes(instances, B)
+            J[self.n_instances <= J] = -1  # ids not seen yet start from the shared posterior
             codes = self._select_batch(J, X, mask)
         return codes if self.arms.kind == "range" else self.arms.labels(codes)
 
@@ -442,13 +441,13 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
             instances, contexts, arms, rewards = self._frame_columns(instances)
         X = self._contexts(contexts)
         B = X.shape[0]
-        J, new = self._instance_codes(instances, B)
         Karr = self._arm_codes(arms, B)
         Y = _as_matrix(rewards, "rewards")
         if Y.shape != (B,):
             raise ValueError(f"rewards must have shape ({B},), got {Y.shape}")
         _check_rewards(Y)
-        with self._lock:
+        with self._lock:  # new ids take codes n, n + 1, ...: read n under the lock
+            J, new = self._instance_codes(instances, B)
             if new:
                 self._grow(self.n_instances + len(new))
                 self.instances.extend(new)

@@ -204,7 +204,7 @@ def test_a_refused_batch_changes_nothing(tmp_path):
     bad = [
         (J, X, [0, 1, 2, 3], np.zeros(4), "arms must be in"),
         (J, X, [0, 1, 2, 0], [0.0, np.nan, 0.0, 0.0], "rewards must be finite"),
-        (J, X[:3], [0, 1, 2, 0], np.zeros(4), "a 1-D array of 3 ids"),
+        (J, X[:3], [0, 1, 2, 0], np.zeros(4), "a 1-D array of 3"),
         (J, X[:, :1], [0, 1, 2, 0], np.zeros(4), "contexts must have shape"),
         (J, np.where(X > 0, 1e9, X), [0, 1, 2, 0], np.zeros(4), "contexts must have magnitude"),
         ([1, 2, "u", 3], X, [0, 1, 2, 0], np.zeros(4), "all integers or all strings"),
