@@ -329,7 +329,7 @@ def test_public_class_signatures_are_their_constructors():
     from hierbandit.ebm import EbmTS
 
     text = pydoc.render_doc(EbmTS, renderer=pydoc.plaintext)
-    assert "EbmTS(n_instances: 'int', n_arms: 'int', n_features: 'int'" in text, text[:400]
+    assert "EbmTS(n_instances: 'int | None' = None, n_arms: 'int | None' = None" in text, text[:400]
 
 
 #: a documentation page named in the package's source
