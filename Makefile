@@ -14,6 +14,10 @@ PYTEST_WORKERS ?= 2
 NEXT_VERSION := 3.13
 NEXT_VENV := .venv-$(NEXT_VERSION)
 NEXT_STAMP := $(NEXT_VENV)/.installed
+# the peer libraries of benchmarks/bench_serving.py (the `bench` extra), added to .venv by
+# `make bench` only: requirements-bench.lock pins them with every shared package at its
+# requirements.lock version, so no package of the test environment changes
+BENCH_STAMP := $(VENV)/.installed-bench
 # the online and offline layers (no Bayesian layer, no experiments, no command): docs/install.md
 FAST_TESTS := tests/stats tests/ebm tests/sclub tests/cascade tests/boc tests/offline tests/data \
 	tests/reliability \
@@ -22,8 +26,8 @@ FAST_TESTS := tests/stats tests/ebm tests/sclub tests/cascade tests/boc tests/of
 	--ignore=tests/reliability/test_cascade_inputs.py \
 	--ignore=tests/reliability/test_hostile_files.py
 
-.PHONY: env env-$(NEXT_VERSION) run demo models test test-$(NEXT_VERSION) test-slow test-all bench \
-	figures docs lint lock clean
+.PHONY: env env-$(NEXT_VERSION) env-bench run demo models test test-$(NEXT_VERSION) test-slow \
+	test-all bench figures docs lint lock clean
 
 env: $(STAMP)
 
@@ -45,6 +49,12 @@ $(NEXT_STAMP): requirements.lock pyproject.toml $(STAMP)
 	$(BIN)/uv pip install --quiet --python $(NEXT_VENV)/bin/python -r requirements.lock
 	$(BIN)/uv pip install --quiet --python $(NEXT_VENV)/bin/python --no-deps -e .
 	touch $(NEXT_STAMP)
+
+env-bench: $(BENCH_STAMP)
+
+$(BENCH_STAMP): requirements-bench.lock $(STAMP)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements-bench.lock
+	touch $(BENCH_STAMP)
 
 ## the main job: the whole workflow on real MovieLens data (fit EB/ML/MCMC priors, diagnose,
 ## sampling vs closed form, simulate EbmTS vs LinTS), a report in results/quickstart (~3 min)
@@ -75,8 +85,10 @@ test-slow: env
 test-all: env
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q -m "slow or not slow"
 
-bench: env
+## speed benchmarks; bench_serving.py against the peer libraries of the `bench` extra
+bench: env env-bench
 	$(BIN)/python benchmarks/bench_ebm_step.py
+	$(BIN)/python benchmarks/bench_serving.py
 
 ## the ebm paper's Figure 1 (both settings) and Figure 2
 figures: env
@@ -92,9 +104,10 @@ lint: env
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-## regenerate requirements.lock from pyproject.toml
+## regenerate requirements.lock (and requirements-bench.lock, constrained by it) from pyproject.toml
 lock: env
 	$(BIN)/uv pip compile pyproject.toml --extra all --extra dev --python-version $(PY_VERSION) --no-header -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra bench --constraint requirements.lock --python-version $(PY_VERSION) --no-header -o requirements-bench.lock
 
 clean:
 	rm -rf $(VENV) $(NEXT_VENV) results .pytest_cache .ruff_cache
