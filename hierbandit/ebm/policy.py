@@ -347,6 +347,15 @@ class EbmPolicy(Policy):
             t = (int(self.arrivals[j]) if j >= 0 else 0) + 1
         return self.a * math.sqrt(math.log(t))
 
+    def _forced_arms(self, J: np.ndarray) -> np.ndarray:
+        """:meth:`_forced_arm` of every code in ``J`` (−1: not forced), vectorised."""
+        if self.forced_init == "none" or (self.forced_init == "global" and self.t >= self.n_arms):
+            return np.full(J.shape[0], -1, dtype=np.int64)
+        if self.forced_init == "global":
+            return np.full(J.shape[0], self.t, dtype=np.int64)
+        c = np.where(J >= 0, self.arrivals[np.maximum(J, 0)], 0).astype(np.int64)
+        return np.where(c < self.n_arms, c, -1)
+
     def _forced_arm(self, j: int) -> int:
         if self.forced_init == "global":
             return self.t if self.t < self.n_arms else -1
@@ -464,11 +473,7 @@ class EbmPolicy(Policy):
         a tie), so the arms are the loop's."""
         B, Kn = X.shape[0], self.n_arms
         out = np.empty(B, dtype=np.int64)
-        forced = (
-            np.array([self._forced_arm(int(j)) for j in J], dtype=np.int64)
-            if (self.forced_init != "none")
-            else np.full(B, -1, dtype=np.int64)
-        )
+        forced = self._forced_arms(J)
         if mask is not None:
             # a forced arm the request may not receive: the request is scored instead
             rows = np.flatnonzero(forced >= 0)
