@@ -17,8 +17,11 @@ display of the library's log records and progress (:mod:`hierbandit.cli._render`
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -271,6 +274,32 @@ def _print_ignored_columns(ignored: tuple[tuple[str, str], ...]) -> None:
         )
 
 
+#: The beginnings of the warnings of the package that the command shows as lines of its own:
+#: features inferred by ``read_log``.
+_OWN_WARNINGS = ("features not given",)
+
+
+@contextlib.contextmanager
+def _recording_warnings() -> Iterator[list[Any]]:
+    """Record the warnings issued in the block, the package's own each time they are issued."""
+    with warnings.catch_warnings(record=True) as caught:
+        for start in _OWN_WARNINGS:
+            warnings.filterwarnings("always", message=start, category=UserWarning)
+        yield caught
+
+
+def _print_warnings(caught: list[Any]) -> None:
+    """Show the package's warnings among ``caught`` (:data:`_OWN_WARNINGS`) as lines of the
+    command's output, in the command's terms; any other warning is issued again as it was."""
+    for w in caught:
+        text = str(w.message)
+        if issubclass(w.category, UserWarning) and text.startswith(_OWN_WARNINGS):
+            text = text.replace("Pass features=[...]", "Name them with --feature")
+            typer.echo(f"warning: {text}")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 @app.command("fit-prior")
 def fit_prior_cmd(
     data: Annotated[
@@ -334,32 +363,36 @@ def fit_prior_cmd(
         "features": list(feature) if feature else None,
     }
     try:
-        if data.is_dir():  # out of core: the sufficient statistics, computed by Dask
-            from hierbandit.bayes import summarise_dask
+        with _recording_warnings() as caught:
+            if data.is_dir():  # out of core: the sufficient statistics, computed by Dask
+                from hierbandit.bayes import summarise_dask
 
-            log = summarise_dask(data, scheduler=scheduler, **columns)
-        else:
-            log = read_log(data, **columns)
+                log = summarise_dask(data, scheduler=scheduler, **columns)
+            else:
+                log = read_log(data, **columns)
     except (ValueError, TypeError, FileNotFoundError, OSError) as exc:
         raise fail(str(exc)) from None
+    _print_warnings(caught)
     _print_ignored_columns(log.ignored_columns)
     what = (
         f"fitting the prior ({method.value}) to {log.n_rows:,} rows, {log.n_instances:,} "
         f"instances, {log.n_arms} arm{'s' if log.n_arms > 1 else ''}"
     )
     try:
-        # MCMC: no spinner; the sampler's own bar (draws, speed, time left) and the renderer's
-        # bars of the steps after it (exact draws, log-likelihood) show the progress, and a
-        # spinner on top of them would fight them for the terminal
-        if method is not Method.mcmc and sys.stderr.isatty():
-            from rich.console import Console
+        with _recording_warnings() as caught:
+            # MCMC: no spinner; the sampler's own bar (draws, speed, time left) and the
+            # renderer's bars of the steps after it (exact draws, log-likelihood) show the
+            # progress, and a spinner on top of them would fight them for the terminal
+            if method is not Method.mcmc and sys.stderr.isatty():
+                from rich.console import Console
 
-            with Console(stderr=True).status(f"{what} …"):
+                with Console(stderr=True).status(f"{what} …"):
+                    prior = fit_prior(log, **kwargs)
+            else:
                 prior = fit_prior(log, **kwargs)
-        else:
-            prior = fit_prior(log, **kwargs)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
+    _print_warnings(caught)
     diag = diagnose(prior, warn=False) if method is Method.mcmc else None
     try:
         path = prior.save(out)

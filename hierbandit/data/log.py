@@ -17,6 +17,10 @@ Conventions
   only (or of another non-numeric dtype, such as datetimes) is left out and recorded in
   ``HistoricalLog.ignored_columns``; a column that mixes numbers and text (one bad cell in a CSV
   column of numbers) is refused, naming the column, the first offending row and its value.
+* Nor does a numeric column become a feature silently: inferring the features (``features=None``)
+  emits a ``UserWarning`` naming the columns taken, and flagging integer columns that look like
+  ids (named ``..._id``, ``...code``, ``...index``, or with every value distinct). Listing the
+  features explicitly is the way to choose them, and to silence the warning.
 * Column names must be unique; for a CSV file this is checked on the header line itself (pandas
   would rename a second ``age`` to ``age.1``), so a column legitimately named ``age.1`` is fine.
 * Rows in messages are positions counted from 0 in data order; the CSV header is not a row (row
@@ -30,6 +34,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -498,6 +503,46 @@ def _no_features_error(ignored: list[tuple[str, str]], columns: list[str]) -> Va
     )
 
 
+#: Endings (case-insensitive) of the names of integer columns that look like ids.
+ID_NAME_ENDINGS = ("id", "code", "index")
+
+
+def _id_like(series: pd.Series, name: str) -> str | None:
+    """Why an inferred feature column looks like an id rather than a feature, or None.
+
+    Only integer columns (not booleans) are looked at: one whose name ends in ``id``, ``code``
+    or ``index`` (``item_id``, ``movieId``, ``user_code``), or one whose values are all distinct
+    (a row number, a timestamp in seconds).
+    """
+    if getattr(series.dtype, "kind", "O") not in "iu":
+        return None
+    if name.lower().endswith(ID_NAME_ENDINGS):
+        return "integers, named like an id"
+    if len(series) > 1 and series.nunique(dropna=False) == len(series):
+        return "integers, every value distinct"
+    return None
+
+
+def _inferred_features_message(
+    frame: pd.DataFrame, by_name: dict[str, Any], chosen: list[str]
+) -> str:
+    """The warning of :func:`read_log` when it infers the features: the columns it took, those
+    that look like ids, and how to choose."""
+    flagged = [(c, why) for c in chosen if (why := _id_like(frame[by_name[c]], c)) is not None]
+    text = (
+        "features not given, so every numeric column besides the instance, arm and reward "
+        f"columns is a feature: {chosen}."
+    )
+    if flagged:
+        cols = ", ".join(f"{c!r} ({why})" for c, why in flagged)
+        one = len(flagged) == 1
+        text += (
+            f" {cols} {'looks like an id' if one else 'look like ids'} rather than "
+            f"{'a feature' if one else 'features'}."
+        )
+    return text + " Pass features=[...] to choose the feature columns."
+
+
 def _check_listed_features(
     features: list[str], roles: dict[str, str], present: Any, columns: list[str]
 ) -> None:
@@ -667,12 +712,22 @@ def read_log(
         included, as 0/1) in the data's order. Columns of text only or of another non-numeric
         dtype are left out and listed in ``ignored_columns`` of the result; a column that mixes
         numbers and text (say one ``"oops"`` cell in a CSV column of numbers) is refused rather
-        than dropped. List the columns explicitly to leave out numeric reference columns such as
-        timestamps.
+        than dropped. Inferring the features warns (below): list the columns explicitly to leave
+        out numeric reference columns such as ids and timestamps.
 
     Returns
     -------
     HistoricalLog
+
+    Warns
+    -----
+    UserWarning
+        Whenever the features are inferred (``features=None``) and the log is read: the warning
+        names the columns taken as features, and flags those that look like ids or reference
+        columns rather than features: integer columns whose name ends in ``id``, ``code`` or
+        ``index`` (``item_id``, ``movieId``, ``user_code``), or whose values are all distinct (a
+        row number, a timestamp in seconds). Inference is kept; pass ``features=[...]`` to
+        choose the columns (no warning then).
 
     Raises
     ------
@@ -692,7 +747,7 @@ def read_log(
     >>> import pandas as pd
     >>> df = pd.DataFrame({"instance": [7, 3, 7], "arm": [1, 1, 4], "reward": [1.0, 0.0, 2.0],
     ...                    "x": [0.5, 1.0, -1.0]})
-    >>> log = read_log(df)
+    >>> log = read_log(df, features=["x"])
     >>> log.instance.tolist(), log.instance_labels.tolist(), log.arm.tolist()
     ([1, 0, 1], [3, 7], [0, 0, 1])
     """
@@ -778,6 +833,11 @@ def read_log(
 
     inst_labels, inst_codes = np.unique(inst_ids, return_inverse=True)
     arm_labels, arm_codes = np.unique(arm_ids, return_inverse=True)
+    if features is None:
+        # after every check: a refused log warns of nothing
+        warnings.warn(
+            _inferred_features_message(frame, by_name, feature_cols), UserWarning, stacklevel=2
+        )
     return HistoricalLog(
         X=X,
         y=y,
@@ -830,7 +890,7 @@ def check_min_rows(
     --------
     >>> import pandas as pd
     >>> log = read_log(pd.DataFrame({"instance": [0, 0, 1], "reward": [1.0, 2.0, 3.0],
-    ...                              "x": [1.0, 1.0, 1.0]}))
+    ...                              "x": [1.0, 1.0, 1.0]}), features=["x"])
     >>> check_min_rows(log, per_arm=3, instances_per_arm=2, method="ols")
     >>> check_min_rows(log, instances_per_arm=2, min_rows_per_instance=2, method="ols")
     Traceback (most recent call last):

@@ -28,6 +28,22 @@ def synthetic_log(n_instances=6, n_arms=2, n_features=2, rows=600, seed=0) -> pd
     return df
 
 
+def features(df: pd.DataFrame) -> list[str]:
+    """The feature columns of a :func:`synthetic_log` (named, so that reading warns of nothing)."""
+    return [c for c in df.columns if c.startswith("x")]
+
+
+def synthetic_hlog(**kwargs):
+    """:func:`synthetic_log` read as a HistoricalLog, with its features named."""
+    from hierbandit.data import read_log
+
+    df = synthetic_log(**kwargs)
+    return read_log(df, features=features(df))
+
+
+FEATURES = ["x0", "x1"]
+
+
 @pytest.fixture(scope="module")
 def log_df():
     return synthetic_log()
@@ -36,8 +52,8 @@ def log_df():
 def test_eb_equals_the_online_estimators(log_df):
     from hierbandit.data import read_log
 
-    prior = fit_prior(log_df, method="eb")
-    st = read_log(log_df).suffstats()
+    prior = fit_prior(log_df, features=FEATURES, method="eb")
+    st = read_log(log_df, features=FEATURES).suffstats()
     rng = np.random.default_rng(0)
     for k in range(2):
         ref = empirical_bayes(
@@ -48,15 +64,15 @@ def test_eb_equals_the_online_estimators(log_df):
         np.testing.assert_allclose(prior.shared_mean[k], ref.posterior.shared_mean, rtol=1e-10)
         np.testing.assert_allclose(prior.shared_cov[k], ref.posterior.shared_cov, rtol=1e-10)
     assert prior.method == "eb"
-    assert prior.provenance["data_hash"] == read_log(log_df).data_hash
+    assert prior.provenance["data_hash"] == read_log(log_df, features=FEATURES).data_hash
     assert prior.features == ["x0", "x1"]
 
 
 def test_ml_equals_type2_ml(log_df):
     from hierbandit.data import read_log
 
-    prior = fit_prior(log_df, method="ml")
-    st = read_log(log_df).suffstats()
+    prior = fit_prior(log_df, features=FEATURES, method="ml")
+    st = read_log(log_df, features=FEATURES).suffstats()
     for k in range(2):
         ref = fit_type2_ml(st.G[k], st.b[k], st.q[k], st.n[k])
         np.testing.assert_allclose(prior.Sigma[k], ref.Sigma, rtol=1e-8)
@@ -65,7 +81,7 @@ def test_ml_equals_type2_ml(log_df):
 
 
 def test_warm_start_from_a_fitted_prior(log_df):
-    prior = fit_prior(log_df, method="ml")
+    prior = fit_prior(log_df, features=FEATURES, method="ml")
     policy = EbmTS(n_instances=4, n_arms=2, n_features=2, prior=prior, prior_mode="fixed", rng=0)
     post = policy.posterior()
     np.testing.assert_allclose(post["mean"].values[:, 0], prior.shared_mean)
@@ -74,22 +90,22 @@ def test_warm_start_from_a_fitted_prior(log_df):
 
 def test_validation_messages(log_df):
     with pytest.raises(ValueError, match="method"):
-        fit_prior(log_df, method="vb")
+        fit_prior(log_df, features=FEATURES, method="vb")
     with pytest.raises(ValueError, match=r"rewrad|reward"):
-        fit_prior(log_df, reward="rewrad")
+        fit_prior(log_df, features=FEATURES, reward="rewrad")
     tiny = log_df.iloc[:3]
     with pytest.raises(ValueError, match=r"eb.*(needs|need)"):
-        fit_prior(tiny, method="eb")
+        fit_prior(tiny, features=FEATURES, method="eb")
     with pytest.raises(ValueError, match="lam"):
-        fit_prior(log_df, method="eb", lam=-1.0)
+        fit_prior(log_df, features=FEATURES, method="eb", lam=-1.0)
     with pytest.raises(TypeError, match="eb_options"):
-        fit_prior(log_df, method="eb", eb_options={"eb_iters": 2})
+        fit_prior(log_df, features=FEATURES, method="eb", eb_options={"eb_iters": 2})
     with pytest.raises(ValueError, match="nuts_sampler"):
-        fit_prior(log_df, method="mcmc", nuts_sampler="stan", draws=10, tune=10)
+        fit_prior(log_df, features=FEATURES, method="mcmc", nuts_sampler="stan", draws=10, tune=10)
 
 
 def test_mcmc_collapsed_small(log_df, tmp_path):
-    prior = fit_prior(log_df, method="mcmc", draws=300, tune=300, random_seed=1)
+    prior = fit_prior(log_df, features=FEATURES, method="mcmc", draws=300, tune=300, random_seed=1)
     post = prior.idata.posterior
     assert post["beta"].dims == ("chain", "draw", "arm", "instance", "feature")
     assert post["beta0"].dims == ("chain", "draw", "arm", "feature")
@@ -106,7 +122,7 @@ def test_mcmc_collapsed_small(log_df, tmp_path):
     assert prior.provenance["config"]["posterior_predictive"] is False
     assert np.all(np.linalg.eigvalsh(prior.Sigma) > 0)
     # posterior means near the ML estimate on this well-identified data
-    ml = fit_prior(log_df, method="ml")
+    ml = fit_prior(log_df, features=FEATURES, method="ml")
     np.testing.assert_allclose(prior.sigma2, ml.sigma2, rtol=0.15)
     from hierbandit.bayes.prior import load_prior
 
@@ -115,8 +131,10 @@ def test_mcmc_collapsed_small(log_df, tmp_path):
 
 def test_mcmc_with_the_nutpie_backend(log_df):
     """An alternative NUTS backend from the registry (nutpie, JAX-compiled model)."""
-    prior = fit_prior(log_df, method="mcmc", nuts_sampler="nutpie", draws=200, tune=200)
+    prior = fit_prior(
+        log_df, features=FEATURES, method="mcmc", nuts_sampler="nutpie", draws=200, tune=200
+    )
     assert prior.idata.posterior.attrs["inference_library"] == "nutpie"
     assert set(prior.idata.posterior.data_vars) == {"Sigma", "sigma", "beta0", "beta"}
-    ml = fit_prior(log_df, method="ml")
+    ml = fit_prior(log_df, features=FEATURES, method="ml")
     np.testing.assert_allclose(prior.sigma2, ml.sigma2, rtol=0.15)

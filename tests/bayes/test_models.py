@@ -11,12 +11,12 @@ from hierbandit.bayes.models import HyperPriors, collapsed_model, constrain_draw
 from hierbandit.data import read_log
 from hierbandit.stats import collapsed_loglik, marginal_loglik
 
-from .test_fit import synthetic_log
+from .test_fit import features, synthetic_hlog, synthetic_log
 
 
 @pytest.fixture(scope="module")
 def small_log():
-    return read_log(synthetic_log(n_instances=4, n_arms=2, n_features=2, rows=160, seed=3))
+    return synthetic_hlog(n_instances=4, n_arms=2, n_features=2, rows=160, seed=3)
 
 
 def _point(model, rng):
@@ -52,9 +52,7 @@ def test_the_default_algebra_is_unrolled_for_small_d(small_log):
     from hierbandit.bayes._batched import UNROLL_MAX
 
     assert collapsed_model(small_log).hb_meta["algebra"] == "soa"
-    wide = read_log(
-        synthetic_log(n_instances=3, n_arms=1, n_features=UNROLL_MAX + 1, rows=60, seed=1)
-    )
+    wide = synthetic_hlog(n_instances=3, n_arms=1, n_features=UNROLL_MAX + 1, rows=60, seed=1)
     assert collapsed_model(wide).hb_meta["algebra"] == "batched"
     assert collapsed_model(wide, algebra="soa").hb_meta["algebra"] == "soa"
 
@@ -83,7 +81,7 @@ def test_lkj_construction_has_the_lkj_marginals():
     """Under LKJ(η) every correlation is 2·Beta(η − 1 + d/2) − 1 (prior forward draws)."""
     import pymc as pm
 
-    log = read_log(synthetic_log(n_instances=3, n_arms=3, n_features=4, rows=60))
+    log = synthetic_hlog(n_instances=3, n_arms=3, n_features=4, rows=60)
     model = collapsed_model(log, hyper=HyperPriors(lkj_eta=2.0))
     draws = pm.draw(model["Sigma"], draws=3000, random_seed=1)  # (draws, K, d, d)
     sd = np.sqrt(np.diagonal(draws, axis1=-2, axis2=-1))
@@ -125,7 +123,9 @@ def test_ebm_synthetic_fit_is_clean():
     from hierbandit.bayes import diagnose, fit_prior
 
     df = synthetic_log(n_instances=10, n_arms=5, n_features=3, rows=2000, seed=0)
-    prior = fit_prior(df, method="mcmc", draws=1000, tune=1000, chains=2, random_seed=0)
+    prior = fit_prior(
+        df, features=features(df), method="mcmc", draws=1000, tune=1000, chains=2, random_seed=0
+    )
     diag = diagnose(prior, var_names=["Sigma", "sigma"], warn=False)
     assert diag.divergences == 0
     assert diag.max_rhat <= 1.01
@@ -198,7 +198,7 @@ def test_observed_cells_hold_the_sufficient_statistics_of_the_non_empty_cells():
 
     df = synthetic_log(n_instances=4, n_arms=2, n_features=2, rows=120, seed=5)
     df = df[~((df["arm"] == 1) & (df["instance"] == 2))]  # one empty cell
-    log = read_log(df)
+    log = read_log(df, features=features(df))
     obs = observed_cells(log)
     assert obs.sizes["cell"] == 7 and list(obs.data_vars) == ["mean_reward"]
     for c in range(7):

@@ -10,7 +10,7 @@ import pytest
 from hierbandit.bayes import sampling
 from hierbandit.bayes.sampler_config import SamplerConfig, available_samplers, resolve_sampler
 
-from .test_fit import synthetic_log
+from .test_fit import features, synthetic_log
 
 
 def test_defaults_and_normalised_values():
@@ -126,13 +126,13 @@ def test_each_function_keeps_its_default(seen):
 
     df = synthetic_log(n_instances=3, n_arms=2, n_features=2, rows=60, seed=4)
     with pytest.raises(_Sampled):
-        fit_prior(df, method="mcmc")
+        fit_prior(df, features=features(df), method="mcmc")
     assert seen["config"] == SamplerConfig(tune=400, target_accept=0.8) == FIT_SAMPLER  # B15
     with pytest.raises(_Sampled):
-        fit_prior(df, method="mcmc", collapsed=False)
+        fit_prior(df, features=features(df), method="mcmc", collapsed=False)
     assert seen["config"] == SamplerConfig()
     with pytest.raises(_Sampled):
-        conditional.compare_closed_form(read_log(df), np.eye(2), 1.0, 1.0)
+        conditional.compare_closed_form(read_log(df, features=features(df)), np.eye(2), 1.0, 1.0)
     # B13: the centred model, a diagonal mass matrix, the direct numpyro driver
     expected = SamplerConfig(draws=2000, nuts_sampler="numpyro", driver="direct")
     assert seen["config"] == expected == conditional.CLOSED_FORM_SAMPLER
@@ -157,17 +157,19 @@ def test_fit_prior_takes_a_config_and_keywords(seen):
     df = synthetic_log(n_instances=3, n_arms=2, n_features=2, rows=60, seed=4)
     cfg = SamplerConfig(draws=30, tune=20, random_seed=9)
     with pytest.raises(_Sampled):
-        fit_prior(df, method="mcmc", sampler=cfg, chains=3, dense_mass=True)
+        fit_prior(df, features=features(df), method="mcmc", sampler=cfg, chains=3, dense_mass=True)
     assert seen["config"] == SamplerConfig(
         draws=30, tune=20, chains=3, random_seed=9, options={"dense_mass": True}
     )
     with pytest.raises(ValueError, match="target_accept must be < 1"):
-        fit_prior(df, method="mcmc", target_accept=1.0)
+        fit_prior(df, features=features(df), method="mcmc", target_accept=1.0)
     # empirical Bayes draws its cross-validation folds from the same seed
-    eb = fit_prior(df, method="eb", sampler=cfg)
+    eb = fit_prior(df, features=features(df), method="eb", sampler=cfg)
     assert eb.provenance["config"]["seed"] == 9
-    np.testing.assert_array_equal(eb.Sigma, fit_prior(df, method="eb", random_seed=9).Sigma)
-    assert fit_prior(df, method="eb").provenance["config"]["seed"] == 0
+    np.testing.assert_array_equal(
+        eb.Sigma, fit_prior(df, features=features(df), method="eb", random_seed=9).Sigma
+    )
+    assert fit_prior(df, features=features(df), method="eb").provenance["config"]["seed"] == 0
 
 
 def test_sample_passes_the_configuration_to_the_driver(monkeypatch):

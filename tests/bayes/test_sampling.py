@@ -12,9 +12,8 @@ import xarray as xr
 from hierbandit.bayes import sampling
 from hierbandit.bayes.models import collapsed_model
 from hierbandit.bayes.sampler_config import SamplerConfig
-from hierbandit.data import read_log
 
-from .test_fit import synthetic_log
+from .test_fit import synthetic_hlog
 
 #: the statistics every route stores, under ArviZ's names
 STATS = {"diverging", "lp", "tree_depth", "energy", "step_size", "acceptance_rate", "n_steps"}
@@ -22,7 +21,7 @@ STATS = {"diverging", "lp", "tree_depth", "energy", "step_size", "acceptance_rat
 
 @pytest.fixture(scope="module")
 def log():
-    return read_log(synthetic_log(n_instances=4, n_arms=2, n_features=2, rows=300, seed=5))
+    return synthetic_hlog(n_instances=4, n_arms=2, n_features=2, rows=300, seed=5)
 
 
 class _Records(logging.Handler):

@@ -15,16 +15,15 @@ import pytest
 
 from hierbandit.bayes.models import collapsed_model
 from hierbandit.bayes.sampling import _jaxify_logp_with_data
-from hierbandit.data import read_log
 
-from .test_fit import synthetic_log
+from .test_fit import synthetic_hlog
 
 
 @pytest.mark.parametrize("algebra", ["batched", "soa"])
 def test_compiled_log_density_takes_the_data_as_arguments(algebra):
     """One log's compiled function, given another log's data, is the other log's log density."""
     logs = [
-        read_log(synthetic_log(n_instances=4, n_arms=2, n_features=2, rows=rows, seed=seed))
+        synthetic_hlog(n_instances=4, n_arms=2, n_features=2, rows=rows, seed=seed)
         for rows, seed in ((160, 3), (900, 8))
     ]
     models = [collapsed_model(log, algebra=algebra) for log in logs]

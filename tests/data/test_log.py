@@ -6,6 +6,7 @@ import dataclasses
 import doctest
 import importlib
 import json
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,10 @@ import pytest
 import xarray as xr
 
 from hierbandit.data import HistoricalLog, check_min_rows, read_log
+
+# Most tests here read logs with inferred features on purpose (formats, coding, hash): the
+# warning that inference issues is tested on its own below (inferred features).
+pytestmark = pytest.mark.filterwarnings("ignore:features not given:UserWarning")
 
 INSTANCES = np.array([42, 3, 17, 8])
 ARMS = np.array([9, 2, 5])
@@ -254,6 +259,77 @@ def test_direct_construction_checks_and_hashes(frame):
         HistoricalLog(**{**kwargs, "data_hash": "", "instance_labels": log.instance_labels[:2]})
     with pytest.raises(ValueError, match="features"):
         HistoricalLog(**{**kwargs, "data_hash": "", "features": ("a",)})
+
+
+# ---------------------------------------------------------------------- inferred features
+
+
+def test_inferred_features_warn_naming_the_columns(frame):
+    with pytest.warns(UserWarning) as record:
+        log = read_log(frame)
+    assert len(record) == 1
+    msg = str(record[0].message)
+    assert msg.startswith("features not given")
+    assert "['x1', 'x2']" in msg and "features=[...]" in msg
+    assert "looks like" not in msg  # float columns are never flagged
+    assert record[0].filename == __file__  # attributed to the caller of read_log
+    assert log.features == ("x1", "x2")
+
+
+def test_inferred_features_warn_every_time(frame):
+    for _ in range(2):
+        with pytest.warns(UserWarning, match="features not given"):
+            read_log(frame)
+
+
+def test_explicit_features_do_not_warn(frame, tmp_path):
+    path = tmp_path / "log.csv"
+    frame.assign(item_id=7).to_csv(path, index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_log(frame, features=["x1", "x2"]).features == ("x1", "x2")
+        assert read_log(path, features=["x2"]).features == ("x2",)
+        log = read_log(frame, features=["x1", "x2"])
+        assert read_log(log) is log  # a HistoricalLog is returned as is, nothing inferred
+
+
+def test_a_refused_log_does_not_warn(frame):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="NaN"):
+            read_log(_set("x1", np.nan)(frame))
+
+
+def test_id_like_columns_are_flagged_in_the_warning(frame):
+    T = len(frame)
+    df = frame.assign(
+        item_id=np.arange(T) % 5,  # integer, named like an id
+        movieId=np.arange(T) % 7,
+        user_code=np.arange(T) % 3,
+        row_index=np.arange(T) % 4,
+        timestamp=1_700_000_000 + 17 * np.arange(T),  # integer, every value distinct
+        count=np.arange(T) % 2,  # integer, repeated, an ordinary name: a feature
+        flag=frame["x1"] > 0,  # boolean: never flagged
+        paid_amount=np.arange(T) * 0.5,  # float: never flagged
+    )
+    with pytest.warns(UserWarning) as record:
+        log = read_log(df)
+    msg = str(record[0].message)
+    assert log.features == (
+        "x1", "x2", "item_id", "movieId", "user_code", "row_index", "timestamp", "count", "flag",
+        "paid_amount",
+    )  # fmt: skip
+    assert f"is a feature: {list(log.features)}." in msg
+    for col in ("item_id", "movieId", "user_code", "row_index"):
+        assert f"{col!r} (integers, named like an id)" in msg, (col, msg)
+    assert "'timestamp' (integers, every value distinct)" in msg
+    assert "look like ids rather than features" in msg
+    for col in ("x1", "x2", "count", "flag", "paid_amount"):
+        assert f"{col!r} (" not in msg, (col, msg)
+    with pytest.warns(
+        UserWarning, match=r"'item_id' \(integers, named like an id\) looks like an id"
+    ):
+        read_log(frame.assign(item_id=np.arange(T) % 5))
 
 
 # ---------------------------------------------------------------------- hash

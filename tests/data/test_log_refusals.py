@@ -20,6 +20,10 @@ from hierbandit.bayes import fit_prior
 from hierbandit.cli.main import app
 from hierbandit.data import read_log
 
+# These logs are read with inferred features on purpose (the refusals and notes of inference):
+# the warning that inference issues is tested in test_log.py and, for the command, below.
+pytestmark = pytest.mark.filterwarnings("ignore:features not given:UserWarning")
+
 N_ROWS = 60
 BAD_ROW = 7  # position (0-based, header not counted) of the injected text cell
 
@@ -100,6 +104,12 @@ def test_cli_text_column_is_ignored_with_a_note_unless_named(frame, tmp_path):
     res = _fit_cli(path, out)
     assert res.exit_code == 0, res.output
     assert "ignored column 'note' (not numeric: text)" in res.stdout
+    # the inferred features, said in the command's terms on stdout (not a Python warning)
+    assert (
+        "warning: features not given, so every numeric column besides the instance, arm and "
+        "reward columns is a feature: ['intercept', 'age']. Name them with --feature"
+    ) in res.stdout
+    assert "UserWarning" not in res.output and res.stderr == ""
     prior = load_prior(out)
     assert prior.features == ["intercept", "age"]
     assert prior.provenance["data"]["ignored_columns"] == {"note": "text"}

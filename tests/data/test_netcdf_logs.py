@@ -34,7 +34,9 @@ def test_compressed_netcdf_log_reads_like_the_frame(tmp_path):
     ds = xr.Dataset.from_dataframe(df.rename_axis("row"))
     path = tmp_path / "log.nc"
     ds.to_netcdf(path, engine="h5netcdf", encoding={v: {"zlib": True} for v in ds.data_vars})
-    a, b = read_log(path), read_log(df)
+    with pytest.warns(UserWarning, match=r"is a feature: \['x0', 'x1'\]"):
+        a = read_log(path)  # inferred: the row coordinate is not a column
+    b = read_log(df, features=["x0", "x1"])
     for name in ("X", "y", "instance", "arm"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     assert a.features == b.features == ("x0", "x1")
