@@ -14,6 +14,7 @@ DataFrame) is reduced to a :class:`~hierbandit.data.LogSummary` by Dask
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -269,15 +270,45 @@ def _fit_eb(
     log: HistoricalLog | LogSummary, lam: float, options: EBOptions, seed: int
 ) -> HierarchicalPrior:
     rng = np.random.default_rng(seed)  # one stream for the arms in turn
+    fallbacks: list[str] = []
 
     def fit_arm(st: Any, k: int) -> tuple[Any, Any, Any, float, dict[str, Any]]:
         res = empirical_bayes(st.G[k], st.b[k], st.q[k], st.n[k], lam, options=options, rng=rng)
+        if options.estimate_Sigma and np.isnan(res.gamma):
+            fallbacks.append(_sigma_fallback(log.arm_labels[k], res.n_eff, options))
         post = res.posterior
         extra = {"gamma": res.gamma, "n_eff": res.n_eff}
         return post.shared_mean, post.shared_cov, res.Sigma, res.sigma2, extra
 
     config = {"lam": lam, "eb_options": options.to_dict(), "seed": seed}
-    return _fit_per_arm(log, "eb", config, fit_arm)
+    prior = _fit_per_arm(log, "eb", config, fit_arm)
+    if fallbacks:
+        warnings.warn(_sigma_fallback_message(fallbacks, log.n_features), UserWarning, stacklevel=3)
+    return prior
+
+
+def _sigma_fallback(label: Any, n_eff: int, options: EBOptions) -> str:
+    """Why empirical Bayes left one arm's Σ at its starting value (its ``gamma`` is NaN)."""
+    needed = options.instances_for_sigma
+    if n_eff < needed:
+        return (
+            f"arm {label}: {n_eff} instance{'' if n_eff == 1 else 's'} with a full-rank design, "
+            f"{needed} needed"
+        )
+    return f"arm {label}: the scatter of its {n_eff} per-instance OLS estimates overflows"
+
+
+def _sigma_fallback_message(arms: list[str], d: int) -> str:
+    """The warning of an EB fit that could not estimate Σ for some arms (:func:`_fit_eb`)."""
+    one = len(arms) == 1
+    return (
+        f"empirical Bayes could not estimate Σ for {len(arms)} arm{'' if one else 's'} "
+        f"({'; '.join(arms)}), so Σ fell back to its starting value, the {d}×{d} identity: not "
+        "an estimate from the data. Σ̂ is the covariance of per-instance OLS estimates, and an "
+        f"instance has one only with a full-rank design (at least {d} rows whose features "
+        'are linearly independent). Type-II maximum likelihood (method="ml") does not need '
+        "per-instance full-rank designs."
+    )
 
 
 def _fit_ml(log: HistoricalLog | LogSummary, lam: float, tol: float) -> HierarchicalPrior:
@@ -420,13 +451,15 @@ def fit_prior(
           cluster chosen by ``scheduler``) and the fit runs from them with the same code;
         * a :class:`~hierbandit.data.LogSummary` (statistics already computed).
     instance, arm, reward, features
-        Column names; ``features=None`` uses every other numeric column; ``arm`` may be absent
-        (a single-arm log). See :func:`~hierbandit.data.read_log`. Ignored for a
-        ``HistoricalLog`` or a ``LogSummary``.
+        Column names; ``features=None`` uses every other numeric column (and warns, naming
+        them); ``arm`` may be absent (a single-arm log). See :func:`~hierbandit.data.read_log`.
+        Ignored for a ``HistoricalLog`` or a ``LogSummary``.
     method : {"eb", "ml", "mcmc"}
         * ``"eb"`` — the ebm paper's empirical-Bayes estimators (thresholded covariance of the
           per-instance OLS estimates, pooled residual variance; the same code the online
-          policies run), iterated ``eb_options.eb_iters`` times (default 20 here);
+          policies run), iterated ``eb_options.eb_iters`` times (default 20 here); Σ_k is the
+          identity when fewer than two instances of arm k have a full-rank design (then a
+          warning says so);
         * ``"ml"`` — type-II maximum likelihood of (β_{k0}, Σ_k, σ²_k) with the instance
           coefficients integrated out; with ``lam=0`` (default) the linear-mixed-model ML
           estimate, with ``lam > 0`` the mode under the N(0, λ⁻¹I) prior on β_{k0};
@@ -470,13 +503,24 @@ def fit_prior(
         ``az.compare`` leave one instance out) and, if asked for, ``posterior_predictive``
         (``docs/bayes.md``, Checking and comparing fits).
 
+    Warns
+    -----
+    UserWarning
+        ``features=None`` on a log read here: :func:`~hierbandit.data.read_log` names the
+        columns it took as features and flags those that look like ids. ``method="eb"``: when
+        Σ_k could not be estimated for some arm (fewer than
+        ``eb_options.instances_for_sigma`` instances with a full-rank design), naming the arm,
+        how many instances had one and how many were needed; that arm's Σ_k is the identity
+        (the starting value), not an estimate.
+
     Raises
     ------
     ValueError, TypeError
         Everything :func:`~hierbandit.data.read_log` refuses (for out-of-core input, what
         :func:`~hierbandit.bayes.outofcore.summarise_dask` refuses: the same checks, made
         partition by partition); too few rows for the method
-        (:func:`~hierbandit.data.check_min_rows`); ``collapsed=False`` for a log known by its
+        (:func:`~hierbandit.data.check_min_rows`; for ``method="eb"``, fewer than two instances
+        per arm with at least d rows); ``collapsed=False`` for a log known by its
         statistics only; and, for every method, an arm whose rewards are constant or an exact
         linear function of the features (σ² would be 0: nothing can be estimated; refused
         rather than returning numerical floors or a degenerate fit).
@@ -505,7 +549,16 @@ def fit_prior(
         lam = 0.0 if method == "ml" else 1e-3
     lam = check_scalar(lam, "lam", low=0.0, low_inclusive=method == "ml")
     if method == "eb":
-        check_rows(log, per_arm=d + 2, instances_per_arm=2, min_rows_per_instance=d, method="eb")
+        try:
+            check_rows(
+                log, per_arm=d + 2, instances_per_arm=2, min_rows_per_instance=d, method="eb"
+            )
+        except ValueError as exc:
+            raise ValueError(
+                f"{exc}; empirical Bayes estimates Σ from per-instance OLS fits, which need at "
+                f"least {d} rows (as many as features) in an instance; type-II maximum likelihood "
+                '(method="ml") does not need per-instance full-rank designs'
+            ) from None
         check_vary(log)
         options = eb_options if eb_options is not None else EBOptions(eb_iters=20)
         if not isinstance(options, EBOptions):

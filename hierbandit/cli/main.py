@@ -275,8 +275,8 @@ def _print_ignored_columns(ignored: tuple[tuple[str, str], ...]) -> None:
 
 
 #: The beginnings of the warnings of the package that the command shows as lines of its own:
-#: features inferred by ``read_log``.
-_OWN_WARNINGS = ("features not given",)
+#: features inferred by ``read_log``, an EB fit that could not estimate Σ.
+_OWN_WARNINGS = ("features not given", "empirical Bayes could not estimate")
 
 
 @contextlib.contextmanager
@@ -295,7 +295,7 @@ def _print_warnings(caught: list[Any]) -> None:
         text = str(w.message)
         if issubclass(w.category, UserWarning) and text.startswith(_OWN_WARNINGS):
             text = text.replace("Pass features=[...]", "Name them with --feature")
-            typer.echo(f"warning: {text}")
+            typer.echo("warning: " + text.replace('method="ml"', "--method ml"))
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 

@@ -130,6 +130,13 @@ class EBOptions:
             ),
         )
 
+    @property
+    def instances_for_sigma(self) -> int:
+        """Instances with a full-rank design an arm needs before Σ̂ is estimated: the larger of
+        ``min_instances_for_sigma`` and 2 (a covariance needs two points). With fewer, Σ̂ keeps
+        its previous value (``Sigma_init``, the identity by default)."""
+        return max(int(self.min_instances_for_sigma), 2)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary of the options (for provenance records)."""
         out = asdict(self)
@@ -296,7 +303,7 @@ def estimate_Sigma(
     """Thresholded covariance Σ̂ of the per-instance OLS estimates of one arm.
 
     Returns ``(Sigma, gamma, n_eff)``; ``Sigma_init`` (default identity) is returned unchanged
-    while fewer than ``options.min_instances_for_sigma`` instances have full-rank data (then
+    while fewer than ``options.instances_for_sigma`` instances have full-rank data (then
     ``gamma`` is NaN). ``sigma2`` is used only by ``debias_ols_noise``.
     """
     options = options or EBOptions()
@@ -351,6 +358,13 @@ def empirical_bayes(
 
     Σ̂ is estimated first; σ̂² from the posterior means under (Σ̂, ``sigma2_init``) (``eb_iters``
     sweeps); the returned posterior uses the final (Σ̂, σ̂²).
+
+    Σ̂ is not always estimable, and then it silently keeps ``Sigma_init`` (the identity by
+    default) and the result has ``gamma`` NaN: when fewer than ``options.instances_for_sigma``
+    instances have a full-rank design (``n_eff`` of the result; an instance needs at least d
+    rows whose features span ℝ^d for its OLS estimate), or when the scatter of the OLS estimates
+    is beyond what float64 can carry. The online policies rely on this (a new arm starts from
+    its initial Σ); an offline fit should not, and ``fit_prior(method="eb")`` warns.
     """
     options = options or EBOptions()
     G, b = _stats_arrays(G, b)

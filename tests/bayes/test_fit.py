@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -138,3 +140,98 @@ def test_mcmc_with_the_nutpie_backend(log_df):
     assert set(prior.idata.posterior.data_vars) == {"Sigma", "sigma", "beta0", "beta"}
     ml = fit_prior(log_df, features=FEATURES, method="ml")
     np.testing.assert_allclose(prior.sigma2, ml.sigma2, rtol=0.15)
+
+
+# ---------------------------------------------------------------------- EB without full-rank designs
+EB_FEATURES = ["intercept", "x", "weekend"]
+
+
+def _rank_deficient_log(rows_per_cell=5, n_users=8, seed=0) -> pd.DataFrame:
+    """Two arms (labels 10 and 11), 3 features, every user with ``rows_per_cell`` rows per arm,
+    and ``weekend`` constant within each user: no user's design has full rank."""
+    g = np.random.default_rng(seed)
+    rows = []
+    for u in range(n_users):
+        for k in (10, 11):
+            for _ in range(rows_per_cell):
+                x = g.normal()
+                rows.append(
+                    {
+                        "user": 100 + u,
+                        "arm": k,
+                        "reward": 0.5 + x * (1.0 + 0.3 * g.normal()) + g.normal(),
+                        "intercept": 1.0,
+                        "x": x,
+                        "weekend": float(u % 2),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_eb_warns_when_no_instance_has_a_full_rank_design():
+    df = _rank_deficient_log()
+    with pytest.warns(UserWarning) as record:
+        prior = fit_prior(df, instance="user", features=EB_FEATURES, method="eb")
+    assert len(record) == 1
+    msg = str(record[0].message)
+    for fragment in (
+        "empirical Bayes could not estimate Σ for 2 arms",
+        "arm 10: 0 instances with a full-rank design, 2 needed",
+        "arm 11: 0 instances with a full-rank design, 2 needed",
+        "fell back to its starting value, the 3×3 identity",
+        'method="ml") does not need per-instance full-rank designs',
+    ):
+        assert fragment in msg, (fragment, msg)
+    assert record[0].filename == __file__  # attributed to the caller of fit_prior
+    np.testing.assert_array_equal(prior.Sigma, np.broadcast_to(np.eye(3), (2, 3, 3)))
+    assert np.isnan(prior.dataset["gamma"].values).all()
+    np.testing.assert_array_equal(prior.dataset["n_eff"].values, [0, 0])
+    # type-II ML fits the same log, with no warning and a Σ from the data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ml = fit_prior(df, instance="user", features=EB_FEATURES, method="ml")
+    assert not np.allclose(ml.Sigma, np.eye(3))
+
+
+def test_eb_warning_names_only_the_arms_that_fell_back():
+    df = _rank_deficient_log()
+    # arm 10 gets a weekend that varies within users: its designs have full rank
+    g = np.random.default_rng(1)
+    arm10 = df["arm"] == 10
+    df.loc[arm10, "weekend"] = g.integers(0, 2, arm10.sum()).astype(float)
+    df.loc[arm10 & (df.groupby(["user", "arm"]).cumcount() == 0), "weekend"] = 0.0
+    df.loc[arm10 & (df.groupby(["user", "arm"]).cumcount() == 1), "weekend"] = 1.0
+    with pytest.warns(UserWarning, match="could not estimate Σ for 1 arm ") as record:
+        prior = fit_prior(df, instance="user", features=EB_FEATURES, method="eb")
+    msg = str(record[0].message)
+    assert "arm 11: 0 instances" in msg and "arm 10" not in msg
+    assert prior.dataset["n_eff"].values.tolist() == [8, 0]
+    # a bar set higher than the log reaches: the count and the bar are named
+    options = EBOptions(eb_iters=20, min_instances_for_sigma=20)
+    with pytest.warns(UserWarning, match="arm 10: 8 instances with a full-rank design, 20 needed"):
+        fit_prior(df, instance="user", features=EB_FEATURES, method="eb", eb_options=options)
+
+
+def test_eb_fit_with_full_rank_designs_does_not_warn(log_df):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prior = fit_prior(log_df, features=FEATURES, method="eb")
+    assert not np.isnan(prior.dataset["gamma"].values).any()  # inf is a threshold too
+
+
+def test_eb_refuses_a_log_whose_users_all_have_fewer_rows_than_features():
+    df = _rank_deficient_log(rows_per_cell=2)  # 2 rows per user and arm, 3 features
+    with pytest.raises(ValueError) as info:
+        fit_prior(df, instance="user", features=EB_FEATURES, method="eb")
+    msg = str(info.value)
+    for fragment in (
+        "arm 10 needs at least 2 instances with >= 3 rows each, has 0",
+        "per-instance OLS fits, which need at least 3 rows",
+        'method="ml") does not need per-instance full-rank designs',
+    ):
+        assert fragment in msg, (fragment, msg)
+    # type-II ML fits it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ml = fit_prior(df, instance="user", features=EB_FEATURES, method="ml")
+    assert np.all(np.isfinite(ml.Sigma)) and ml.method == "ml"

@@ -487,6 +487,24 @@ def test_estimate_Sigma_too_few_instances_returns_init():
         estimate_Sigma(G, b, Sigma_init=np.eye(2))
 
 
+@pytest.mark.parametrize(("minimum", "needed"), [(1, 2), (2, 2), (5, 5)])
+def test_instances_for_sigma_is_the_kernels_threshold(minimum, needed):
+    """``EBOptions.instances_for_sigma`` is the number of full-rank instances below which Σ̂
+    keeps its starting value (a covariance needs two points, whatever the option says)."""
+    options = EBOptions(min_instances_for_sigma=minimum)
+    assert options.instances_for_sigma == needed
+    assert "instances_for_sigma" not in options.to_dict()
+    rng = np.random.default_rng(4)
+    d = 2
+    for n_full in (needed - 1, needed):
+        G, b, q, n, _ = _fast_stats(rng, n_full, 6, d, np.eye(d), 1.0)
+        res = empirical_bayes(G, b, q, n, 1e-3, options=options, rng=0)
+        assert res.n_eff == n_full
+        assert np.isnan(res.gamma) == (n_full < needed)
+        if n_full < needed:
+            np.testing.assert_array_equal(res.Sigma, np.eye(d))
+
+
 def test_estimate_Sigma_consistent_with_lots_of_data():
     rng = np.random.default_rng(10)
     d = 3
