@@ -1,8 +1,9 @@
-"""Fit a hierarchical prior to a historical log: empirical Bayes, type-II ML, or full Bayes (NUTS).
+"""Fit a hierarchical prior to a historical log: type-II ML, empirical Bayes, or full Bayes (NUTS).
 
-All three return one :class:`~hierbandit.bayes.prior.HierarchicalPrior` with the per-arm shared
-mean β_{k0} (and its covariance), Σ_k and σ²_k, plus provenance. ``EbmTS(..., prior=prior)``
-warm-starts from any of them.
+Type-II maximum likelihood is the default (B16 in ``docs/decisions/bayes.md``). All three return
+one :class:`~hierbandit.bayes.prior.HierarchicalPrior` with the per-arm shared mean β_{k0} (and
+its covariance), Σ_k and σ²_k, plus provenance. ``EbmTS(..., prior=prior)`` warm-starts from
+any of them.
 
 Every fit needs only the log's per-(arm, instance) sufficient statistics. A log in memory is a
 :class:`~hierbandit.data.HistoricalLog`; a log too large for memory (a Parquet directory, a Dask
@@ -417,7 +418,7 @@ def fit_prior(
     arm: str | None = "arm",
     reward: str = "reward",
     features: Any = None,
-    method: str = "eb",
+    method: str = "ml",
     lam: float | None = None,
     eb_options: EBOptions | None = None,
     ml_tol: float = 1e-10,
@@ -454,15 +455,18 @@ def fit_prior(
         Column names; ``features=None`` uses every other numeric column (and warns, naming
         them); ``arm`` may be absent (a single-arm log). See :func:`~hierbandit.data.read_log`.
         Ignored for a ``HistoricalLog`` or a ``LogSummary``.
-    method : {"eb", "ml", "mcmc"}
+    method : {"ml", "eb", "mcmc"}, default "ml"
+        * ``"ml"`` (default) — type-II maximum likelihood of (β_{k0}, Σ_k, σ²_k) with the
+          instance coefficients integrated out; with ``lam=0`` (default) the linear-mixed-model
+          ML estimate (it matches lme4 and statsmodels), with ``lam > 0`` the mode under the
+          N(0, λ⁻¹I) prior on β_{k0};
         * ``"eb"`` — the ebm paper's empirical-Bayes estimators (thresholded covariance of the
           per-instance OLS estimates, pooled residual variance; the same code the online
-          policies run), iterated ``eb_options.eb_iters`` times (default 20 here); Σ_k is the
-          identity when fewer than two instances of arm k have a full-rank design (then a
-          warning says so);
-        * ``"ml"`` — type-II maximum likelihood of (β_{k0}, Σ_k, σ²_k) with the instance
-          coefficients integrated out; with ``lam=0`` (default) the linear-mixed-model ML
-          estimate, with ``lam > 0`` the mode under the N(0, λ⁻¹I) prior on β_{k0};
+          policies run), iterated ``eb_options.eb_iters`` times (default 20 here). Kept to
+          reproduce the paper, and not the default: on real logs (MovieLens, lme4's InstEval)
+          its Σ̂ is 10 to 28,000 times the type-II ML estimate, and it is the identity when
+          fewer than two instances of an arm have a full-rank design (then a warning says so;
+          B16 in ``docs/decisions/bayes.md``);
         * ``"mcmc"`` — full Bayes with PyMC/NUTS: LKJ + half-normal priors on Σ_k, half-normal
           on σ_k, N(0, λ⁻¹I) on β_{k0} (see ``hyper``); by default the instance coefficients and
           the shared mean are integrated out analytically (``collapsed``,

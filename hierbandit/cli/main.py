@@ -205,10 +205,10 @@ def _print_quickstart_summary(result: dict[str, Any]) -> None:
 
 
 class Method(enum.StrEnum):
-    """Fitting methods of ``fit-prior``."""
+    """Fitting methods of ``fit-prior`` (``ml`` by default, as ``fit_prior``)."""
 
-    eb = "eb"
     ml = "ml"
+    eb = "eb"
     mcmc = "mcmc"
 
 
@@ -310,7 +310,14 @@ def fit_prior_cmd(
         ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Output netCDF file (PATH.nc).")],
-    method: Annotated[Method, typer.Option("--method", help="Fitting method.")] = Method.eb,
+    method: Annotated[
+        Method,
+        typer.Option(
+            "--method",
+            help="Fitting method: ml (type-II maximum likelihood, the default), eb (the ebm "
+            "paper's empirical Bayes) or mcmc (full Bayes).",
+        ),
+    ] = Method.ml,
     instance: Annotated[str, typer.Option("--instance", help="Instance (user) column.")] = (
         "instance"
     ),

@@ -235,3 +235,14 @@ def test_eb_refuses_a_log_whose_users_all_have_fewer_rows_than_features():
         warnings.simplefilter("error")
         ml = fit_prior(df, instance="user", features=EB_FEATURES, method="ml")
     assert np.all(np.isfinite(ml.Sigma)) and ml.method == "ml"
+
+
+def test_the_default_method_is_type2_ml(log_df):
+    """B16: type-II ML by default; the paper's EB is one option away."""
+    import inspect
+
+    assert inspect.signature(fit_prior).parameters["method"].default == "ml"
+    prior = fit_prior(log_df, features=FEATURES)
+    assert prior.method == "ml"
+    assert prior == fit_prior(log_df, features=FEATURES, method="ml")
+    assert fit_prior(log_df, features=FEATURES, method="eb").method == "eb"
