@@ -40,6 +40,9 @@ __all__ = ["FIT_SAMPLER", "METHODS", "fit_prior", "prior_from_arrays"]
 
 METHODS = ("eb", "ml", "mcmc")
 
+#: The package's folder: the warnings of a fit point at the first frame outside it.
+_PACKAGE_DIR = str(Path(__file__).parent.parent) + os.sep
+
 #: NUTS settings of a collapsed full-Bayes fit unless given: ``SamplerConfig()`` with nutpie's
 #: own defaults for the warm-up (400 steps) and the target acceptance rate (0.8). The collapsed
 #: model has d(d+1)/2 + 1 parameters per arm and no funnel: from N = 10 to 10,000 instances its
@@ -284,7 +287,11 @@ def _fit_eb(
     config = {"lam": lam, "eb_options": options.to_dict(), "seed": seed}
     prior = _fit_per_arm(log, "eb", config, fit_arm)
     if fallbacks:
-        warnings.warn(_sigma_fallback_message(fallbacks, log.n_features), UserWarning, stacklevel=3)
+        warnings.warn(
+            _sigma_fallback_message(fallbacks, log.n_features),
+            UserWarning,
+            skip_file_prefixes=(_PACKAGE_DIR,),  # the first caller outside the package
+        )
     return prior
 
 

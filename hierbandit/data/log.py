@@ -34,6 +34,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -503,6 +504,9 @@ def _no_features_error(ignored: list[tuple[str, str]], columns: list[str]) -> Va
     )
 
 
+#: The package's folder: a warning of :func:`read_log` points at the first frame outside it.
+_PACKAGE_DIR = str(Path(__file__).parent.parent) + os.sep
+
 #: Endings (case-insensitive) of the names of integer columns that look like ids.
 ID_NAME_ENDINGS = ("id", "code", "index")
 
@@ -834,9 +838,12 @@ def read_log(
     inst_labels, inst_codes = np.unique(inst_ids, return_inverse=True)
     arm_labels, arm_codes = np.unique(arm_ids, return_inverse=True)
     if features is None:
-        # after every check: a refused log warns of nothing
+        # after every check (a refused log warns of nothing), and attributed to the first caller
+        # outside the package (fit_prior, compare_closed_form... read logs too)
         warnings.warn(
-            _inferred_features_message(frame, by_name, feature_cols), UserWarning, stacklevel=2
+            _inferred_features_message(frame, by_name, feature_cols),
+            UserWarning,
+            skip_file_prefixes=(_PACKAGE_DIR,),
         )
     return HistoricalLog(
         X=X,
