@@ -21,7 +21,9 @@ It prints decisions (or rows) per second and the ratio of EbmTS's batched figure
 A second section, latency by number of users, builds EbmTS (default settings, K = 5, d = 3) for
 each N of ``--users``, warms it with 2N random rows, then times single steps (``select`` +
 ``update`` on a random instance) and prints the median, 99th percentile and mean (amortised) µs
-per step, and the memory of the policy's state (the numpy arrays it holds).
+per step, and the memory of the policy's state (the numpy arrays it holds). With the default
+hyperparameter schedule the N = 100,000 row is the long one: its warm-up took about 8 minutes
+on 2 cores when this benchmark was written.
 
 ``--big`` adds the issue's serving size: N = 100,000 users, K = 20, d = 10, hierbandit batched
 only (a fixed-size policy of that size is refused, so the policy accepts users as they arrive,
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -192,6 +195,11 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
     )
     for r in rows:
         print(line(r))
+
+
+def progress(message: str) -> None:
+    """A line on stderr while a long section runs (the tables go to stdout)."""
+    print(f"... {message}", file=sys.stderr, flush=True)
 
 
 def load() -> str:
@@ -429,6 +437,7 @@ def latency(users: list[int], steps: int) -> None:
         data = Data(K, D, N, seed=2)
         policy = EbmTS(N, K, D, rng=0)
         n_warm = 2 * N
+        progress(f"N = {N:,}: warming, then {steps:,} timed steps")
         t0 = time.perf_counter()
         if has_batch(policy):
             how = "update_batch"
@@ -495,6 +504,7 @@ def big(B: int, repeats: int) -> None:
         policy = EbmTS(None, Kb, d, rng=0)
         how = f"EbmTS(None, {Kb}, {d})"
     # every user takes state: one warm row each, in a random order
+    progress(f"warming: {N:,} users, one row each")
     ids = data.rng.permutation(N)
     X0 = data.contexts(N)
     A0 = data.rng.integers(0, Kb, N)
