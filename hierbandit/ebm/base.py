@@ -420,11 +420,13 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         x = check_features(context, self.n_features, "context")
         k = self._arm_code(arm)
         y = check_scalar(reward, "reward", max_abs=MAX_ABS)
-        if self.grow:
-            self.update_batch([instance], x[None, :], [arm], [y])
-            return
-        j = self._instance_code(instance)
         with self._lock:
+            j = self._instance_code(instance)
+            if j < 0:  # a new id (growing policies): checked, then given the next code
+                _, new = self._instance_codes([instance], 1)
+                self._grow(self.n_instances + 1)
+                self.instances.extend(new)
+                j = self.n_instances
             self._update(j, x, k, y)
 
     def update_batch(

@@ -368,22 +368,7 @@ class EbmPolicy(Policy):
         """μ̂ (5.1) and τ (5.2) of every arm for instance j into ``mu``, ``tau`` (j = −1: an
         instance without state, which the shared posterior describes)."""
         if j < 0:
-            Ct0, A0 = self._empty_blocks()
-            K.score_requests(
-                x[None, :],
-                np.array([-1]),
-                self._Ct,
-                self._A,
-                self.b,
-                self._beta0,
-                self._Phi,
-                self.sigma2,
-                Ct0,
-                A0,
-                self._literal_44,
-                mu[None, :],
-                tau[None, :],
-            )
+            self._score_requests(x[None, :], np.array([-1]), mu[None, :], tau[None, :])
             return
         K.score_arms(
             x,
@@ -458,6 +443,28 @@ class EbmPolicy(Policy):
         """``hyper_update_every`` for the kernels (0: the default schedule)."""
         return 0 if self.hyper_update_every is None else int(self.hyper_update_every)
 
+    def _score_requests(
+        self, X: np.ndarray, J: np.ndarray, MU: np.ndarray, TAU: np.ndarray
+    ) -> None:
+        """μ̂ and τ of every arm for requests (``J``, ``X``) into ``MU``, ``TAU`` (B, K); the
+        empty-instance blocks are computed only when some request is a new instance."""
+        Ct0, A0 = self._empty_blocks() if np.any(J < 0) else (self._Ct[:, 0], self._A[:, 0])
+        K.score_requests(
+            X,
+            J,
+            self._Ct,
+            self._A,
+            self.b,
+            self._beta0,
+            self._Phi,
+            self.sigma2,
+            Ct0,
+            A0,
+            self._literal_44,
+            MU,
+            TAU,
+        )
+
     def _empty_blocks(self) -> tuple[np.ndarray, np.ndarray]:
         """C̃ and A of an instance without data, per arm (:func:`~hierbandit.stats.kernels.empty_blocks`)."""
         Kn, d = self.n_arms, self.n_features
@@ -484,22 +491,7 @@ class EbmPolicy(Policy):
             return out
         MU = np.empty((free.size, Kn))
         TAU = np.empty((free.size, Kn))
-        Ct0, A0 = self._empty_blocks() if np.any(J[free] < 0) else (self._Ct[:, 0], self._A[:, 0])
-        K.score_requests(
-            X[free],
-            J[free],
-            self._Ct,
-            self._A,
-            self.b,
-            self._beta0,
-            self._Phi,
-            self.sigma2,
-            Ct0,
-            A0,
-            self._literal_44,
-            MU,
-            TAU,
-        )
+        self._score_requests(X[free], J[free], MU, TAU)
         if self.alpha_clock == "global":
             alpha = np.full(free.size, self._alpha(0))
         else:
