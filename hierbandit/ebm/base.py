@@ -30,6 +30,8 @@ from hierbandit._params import ParamsMixin
 from hierbandit._validation import (
     MAX_ABS,
     MAX_STATE_ENTRIES,
+    _as_float_array,
+    _check_finite,
     as_generator,
     check_bool,
     check_choice,
@@ -369,7 +371,7 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         return mask
 
     def _contexts(self, contexts: Any, B: int | None = None) -> np.ndarray:
-        X = _as_matrix(contexts, "contexts")
+        X = _as_float_array(contexts, "contexts")
         if X.ndim != 2 or X.shape[1] != self.n_features or (B is not None and X.shape[0] != B):
             want = f"({'B' if B is None else B}, {self.n_features})"
             raise ValueError(f"contexts must have shape {want}, got {X.shape}")
@@ -444,10 +446,10 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         X = self._contexts(contexts)
         B = X.shape[0]
         Karr = self._arm_codes(arms, B)
-        Y = _as_matrix(rewards, "rewards")
+        Y = _as_float_array(rewards, "rewards")
         if Y.shape != (B,):
             raise ValueError(f"rewards must have shape ({B},), got {Y.shape}")
-        _check_rewards(Y)
+        _check_finite(Y, "rewards", MAX_ABS)
         with self._lock:  # new ids take codes n, n + 1, ...: read n under the lock
             J, new = self._instance_codes(instances, B)
             if new:
@@ -547,23 +549,6 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
             if ties.size > 1:
                 k = int(ties[self._tie_rng.integers(ties.size)])
         return k
-
-
-def _as_matrix(value: Any, name: str) -> np.ndarray:
-    if isinstance(value, str | bytes):
-        raise TypeError(f"{name} must be numeric, got {type(value).__name__}")
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=True)
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite (no NaN or inf)")
-    return arr
-
-
-def _check_rewards(Y: np.ndarray) -> None:
-    if Y.size and np.max(np.abs(Y)) > MAX_ABS:
-        raise ValueError(f"rewards must have magnitude <= {MAX_ABS:g}")
 
 
 def check_alpha(value: Any, name: str = "a") -> float:
