@@ -66,6 +66,12 @@ def _check_explorer(a: Any) -> None:
             fail(f"_pending round {pend[0]} is not in [0, t]")
         if not 0 <= pend[1] < M:
             fail(f"_pending arm {pend[1]} is out of range [0, {M})")
+    # a lazy refresh pending: the arm of the last observation, pulled at least once
+    stale = a._stale_arm
+    if not is_int(stale) or not -1 <= stale < M:
+        fail(f"_stale_arm must be an integer in [-1, {M})")
+    if stale >= 0 and c[stale] < 1:
+        fail(f"_stale_arm {stale} has never been pulled")
     tg = a.target
     if not isinstance(tg, np.ndarray) or tg.dtype != np.float64 or tg.shape != (M,):
         fail(f"target must be a float64 array of shape ({M},)")

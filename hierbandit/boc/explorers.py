@@ -29,6 +29,10 @@ Algorithm 1, as implemented (docs/maths/boc.md §4–5)::
 The step-level API is ``next_arm()``, ``observe(arm, x)``, ``should_stop()``, ``recommend()``
 and ``statistic()``; ``run(instance, max_pulls, rng)`` plays a whole run against a
 :class:`~hierbandit.boc.instances.ClusterBandit`. Inputs are validated before any state changes.
+Observations may also be chosen by the caller (``observe()`` without ``next_arm()``; the stopping
+rule holds for any sampling rule, Remark 16): the estimate (c_{t−1}, U_{t−1}) of the data before
+the last observation is then computed lazily, once per t, by the first of ``should_stop()``,
+``statistic()``, ``recommend()``, ``state()`` or ``next_arm()`` that needs it.
 
 δ enters only through ``log(1/δ)``: pass ``delta=`` or ``log_inv_delta=`` (δ = e^{-400} works).
 The thresholds are ``"beta"`` (eq. 8, δ-PAC) and ``"beta_tilde"`` (the heuristic of §6.1).
@@ -195,6 +199,12 @@ class ClusteringExplorer(SharedStateMixin, ParamsMixin):
     name = "explorer"
     #: whether the sampling rule contains forced exploration
     _forced = True
+    #: state added after checkpoints of older versions were written: the estimate of such a
+    #: file is the one its own rule made (no lazy refresh pending)
+    _checkpoint_added: ClassVar[dict[str, Any]] = {
+        "_stale_arm": lambda obj: -1,
+        "_prev_mean": lambda obj: np.zeros(obj.n_features),
+    }
     _locked_methods: ClassVar[tuple[str, ...]] = (
         "next_arm",
         "observe",
@@ -272,6 +282,12 @@ class ClusteringExplorer(SharedStateMixin, ParamsMixin):
         self._logsum = 0.0
         self._n_unpulled = M
         self._pending: tuple[int, int] | None = None
+        #: arm of the last observation when the caller chose it (``observe()`` without
+        #: ``next_arm()``): the estimate is then not yet (c_{t−1}, U_{t−1}) and is refreshed
+        #: lazily from the data with that observation removed; −1 when up to date
+        self._stale_arm = -1
+        #: the empirical mean of ``_stale_arm`` before its last observation
+        self._prev_mean = np.zeros(d)
         self.n_forced = 0
         self.n_kmeans = 0
         self.n_fallback = 0
@@ -311,10 +327,19 @@ class ClusteringExplorer(SharedStateMixin, ParamsMixin):
         """Record an observation ``x`` (shape ``(d,)``, finite) of ``arm``.
 
         Any arm may be observed (the stopping rule is valid for any sampling rule, Remark 16);
-        the sampling rule's choice is :meth:`next_arm`.
+        the sampling rule's choice is :meth:`next_arm`. When the observation does not follow a
+        :meth:`next_arm` of the same step, the estimate (c_{t−1}, U_{t−1}) the next stopping
+        test uses is computed lazily (one K-means Maximin on the data before this observation,
+        run by the first call that needs it), so sampling driven by ``observe()`` alone stops
+        and recommends as Algorithm 1's stopping and recommendation rules say.
         """
         a = check_index(arm, self.n_arms, "arm")
         v = check_vector(x, self.n_features, "x")
+        if self._pending is not None and self._pending[0] == self.t:
+            self._stale_arm = -1  # next_arm() made (c_t, U_t) for this step
+        else:
+            self._stale_arm = a
+            self._prev_mean[:] = self.means[a]
         self._observe(a, v)
 
     def statistic(self) -> tuple[float, float, float]:
@@ -322,6 +347,7 @@ class ClusteringExplorer(SharedStateMixin, ParamsMixin):
 
         ``(0, nan, nan)`` while no estimate exists (before the first test at t = M + 1).
         """
+        self._refresh()
         if self.labels is None or self.t <= self.n_arms:
             return 0.0, math.nan, math.nan
         return self._statistic()
@@ -334,18 +360,24 @@ class ClusteringExplorer(SharedStateMixin, ParamsMixin):
 
     def should_stop(self) -> bool:
         """Whether Z(t) ≥ β(δ, t) (Algorithm 1, line 13); never before t = M + 1."""
+        self._refresh()
         if self.labels is None or self.t <= self.n_arms:
             return False
         return self._statistic()[0] >= self.threshold_value()
 
     def recommend(self) -> np.ndarray:
         """The recommended partition c_out = c_{t−1} (canonical labels, a new array)."""
+        self._refresh()
         if self.labels is None or self.centres is None:
-            raise ValueError("no estimate yet: pull every arm once and call next_arm() first")
+            raise ValueError(
+                "no estimate yet: every arm must have been observed once before the last "
+                "observation (or call next_arm() after the initial pass)"
+            )
         return canonical_partition(self.labels, self.centres)[0]
 
     def state(self) -> xr.Dataset:
         """Counts, empirical means, current estimate and target proportions as xarray."""
+        self._refresh()
         M, K, d = self.n_arms, self.n_clusters, self.n_features
         labels = self.labels if self.labels is not None else np.full(M, -1)
         centres = self.centres if self.centres is not None else np.full((K, d), np.nan)
@@ -492,17 +524,37 @@ class ClusteringExplorer(SharedStateMixin, ParamsMixin):
     def _forced_exploration(self) -> bool:
         return bool(self.counts.min() <= max(math.sqrt(self.t) - self.n_arms / 2.0, 0.0))
 
-    def _estimate(self) -> None:
-        """Run K-means Maximin on (µ̂(t), N(t)) and store (c_t, U_t)."""
-        m0 = resolve_first(self.first_seed, self.counts, self._rng)
+    def _estimate(self, means: np.ndarray | None = None, counts: np.ndarray | None = None) -> None:
+        """Run K-means Maximin on (µ̂(t), N(t)) (or the given ``means``, ``counts``) and store
+        the estimate (c_t, U_t)."""
+        means = self.means if means is None else means
+        counts = self.counts if counts is None else counts
+        m0 = resolve_first(self.first_seed, counts, self._rng)
         labels, centres, _, converged = kern.kmeans_maximin(
-            self.means, self.counts, self.n_clusters, m0, self.max_iter
+            means, counts, self.n_clusters, m0, self.max_iter
         )
         if not converged:
             self.kmeans_capped += 1
             logger.warning("K-means Maximin reached max_iter=%d at t=%d", self.max_iter, self.t)
         self.labels, self.centres = labels, centres
+        self._stale_arm = -1
         self.n_kmeans += 1
+
+    def _refresh(self) -> None:
+        """Bring a stale estimate to (c_{t−1}, U_{t−1}): K-means on the data before the last
+        observation, which the caller chose through :meth:`observe` (no-op when up to date)."""
+        a = self._stale_arm
+        if a < 0:
+            return
+        self._stale_arm = -1
+        before = self.counts[a] - 1.0
+        if before < 1.0:  # an arm was unpulled at t − 1: no estimate exists yet
+            return
+        counts = self.counts.copy()
+        counts[a] = before
+        means = self.means.copy()
+        means[a] = self._prev_mean
+        self._estimate(means, counts)
 
     def _plugin(self) -> np.ndarray:
         """λ*(t) at the current estimate (uniform fallback when degenerate)."""
@@ -609,6 +661,7 @@ class BOC(ClusteringExplorer):
     def _sample(self) -> int:
         if self._forced and self._forced_exploration():
             self.n_forced += 1
+            self._refresh()  # (c_t, U_t) ← (c_{t−1}, U_{t−1})
             return int(np.argmin(self.counts))
         self._estimate()
         lam = self._plugin()
@@ -740,6 +793,7 @@ class Oracle(ClusteringExplorer):
             raise ValueError("Oracle needs the true lam: pass lam= or call set_target()")
         if self._forced_exploration():
             self.n_forced += 1
+            self._refresh()  # (c_t, U_t) ← (c_{t−1}, U_{t−1})
             return int(np.argmin(self.counts))
         self._estimate()
         return self._track(lam)
