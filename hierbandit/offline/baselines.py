@@ -264,7 +264,8 @@ class SCLUBOffline(_ClusterModel):
         Apply the frequency tests.
     freq_test : {"pairwise", "cluster_avg"}, default "pairwise"
         Split if ∃ i' ∈ C^j: ``|p̂_u − p̂_{i'}|`` > 2α_p F(τ) (paper), or if
-        ``|p̂_u − p̂^j|`` > α_p F(τ) (reference code).
+        ``|p̂_u − p̂^j|`` > 2α_p F(τ) (reference code); the threshold is online SCLUB's, so
+        ``mode="batch"`` and ``mode="stream"`` apply the same test.
     max_passes : int, default 50
     mode : {"batch", "stream"}, default "batch"
         ``"batch"``: the passes above on the final estimates (docs/offline.md). ``"stream"``: the
@@ -357,7 +358,8 @@ class SCLUBOffline(_ClusterModel):
                 split |= gap > 2.0 * self.alpha_p * Ftau
             else:
                 pbar = Tc / (size * Tc.sum())
-                split |= np.abs(p - pbar[labels]) > self.alpha_p * Ftau
+                # the same 2α_p F(τ) as the pairwise rule and online SCLUB (docs/sclub.md C-17)
+                split |= np.abs(p - pbar[labels]) > 2.0 * self.alpha_p * Ftau
         split &= size[labels] > 1  # a singleton cannot split
         new = labels.copy()
         idx = np.flatnonzero(split)
