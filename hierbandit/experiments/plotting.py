@@ -6,6 +6,7 @@ cheap. Nothing here calls ``plt.show()``; the functions return the Axes or Figur
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -85,7 +86,12 @@ def plot_cumulative_regret(
 
 
 def plot_regret_panels(
-    ds: xr.Dataset, instance: int = 0, *, band: str | None = "se", kind: str = "pseudo"
+    ds: xr.Dataset,
+    instance: int = 0,
+    *,
+    band: str | None = "se",
+    kind: str = "pseudo",
+    without: Sequence[str] | None = None,
 ) -> Figure:
     """The ebm paper's Figure 1 layout: overall and instance-specific cumulative regret.
 
@@ -98,11 +104,16 @@ def plot_regret_panels(
         data-poor instance in the data-poor setting).
     band, kind
         As in :func:`plot_cumulative_regret`.
+    without
+        Policies to leave out of a second row of the same two panels, which then has a y-axis
+        of its own (the ebm figures leave out RMBandit, whose nearly linear regret sets the
+        scale of the first row). The other policies keep their colours. ``None`` or empty:
+        one row.
 
     Returns
     -------
     matplotlib.figure.Figure
-        Two side-by-side panels.
+        Two side-by-side panels, or a 2 × 2 grid with ``without``.
     """
     plt = require("matplotlib.pyplot", "experiments", "Plotting regret")
 
@@ -111,7 +122,39 @@ def plot_regret_panels(
         raise TypeError("instance must be an integer id for the right-hand panel, got None")
     cumulative_regret(ds, instance, kind=kind)
     check_choice(band, _BANDS, "band")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.0), layout="constrained")
-    plot_cumulative_regret(ds, ax=left, band=band, kind=kind)
-    plot_cumulative_regret(ds, instance=instance, ax=right, band=band, kind=kind)
+    kept = _kept_policies(ds, without)
+    if kept is None:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.0), layout="constrained")
+        plot_cumulative_regret(ds, ax=left, band=band, kind=kind)
+        plot_cumulative_regret(ds, instance=instance, ax=right, band=band, kind=kind)
+        return fig
+    fig, axes = plt.subplots(2, 2, figsize=(11.0, 8.0), layout="constrained")
+    plot_cumulative_regret(ds, ax=axes[0, 0], band=band, kind=kind)
+    plot_cumulative_regret(ds, instance=instance, ax=axes[0, 1], band=band, kind=kind)
+    colours = {line.get_label(): line.get_color() for line in axes[0, 0].get_lines()}
+    sub = ds.sel(policy=kept)
+    left_out = ", ".join(str(p) for p in ds["policy"].values if str(p) not in kept)
+    for ax, inst in ((axes[1, 0], None), (axes[1, 1], instance)):
+        ax.set_prop_cycle(color=[colours[p] for p in kept])
+        plot_cumulative_regret(sub, instance=inst, ax=ax, band=band, kind=kind)
+        ax.set_title(f"{ax.get_title()}\nwithout {left_out}")
     return fig
+
+
+def _kept_policies(ds: xr.Dataset, without: Sequence[str] | None) -> list[str] | None:
+    """The policies of ``ds`` not in ``without`` (in ``ds``'s order), or ``None`` for one row."""
+    if without is None:
+        return None
+    if isinstance(without, str):
+        raise TypeError(f"without must be a sequence of policy names, got the string {without!r}")
+    names = [str(p) for p in ds["policy"].values]
+    omit = [str(p) for p in without]
+    unknown = sorted(set(omit) - set(names))
+    if unknown:
+        raise ValueError(f"without: unknown policies {unknown}; ds has {names}")
+    if not omit:
+        return None
+    kept = [p for p in names if p not in omit]
+    if not kept:
+        raise ValueError("without leaves no policy to draw in the second row")
+    return kept
