@@ -64,12 +64,21 @@ CASCADE_SAMPLER = SamplerConfig(chains=4)
 
 
 # =========================================================================== the PyMC model
-def _prior_arrays(p: int, lam: float, prior: Any) -> tuple[np.ndarray, np.ndarray] | None:
+def _prior_arrays(log: CascadeLog, prior: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(mean, cov)`` of a prior for the parameters of ``log``.
+
+    A prior that records its layout (a :class:`CascadePrior`: ``n_features``, ``n_arms`` and
+    the feature names) must match the log's: the same length ``d + K`` with another split, or
+    other context columns (or the same ones in another order), would put its coefficients on
+    the wrong parameters. Names ``x0, x1, …`` (a prior built from arrays without names) are
+    not compared; a ``(mean, cov)`` tuple is matched by length only."""
     if prior is None:
         return None
+    p = log.n_params
     if isinstance(prior, tuple) and len(prior) == 2:
         mean, cov = prior
     elif hasattr(prior, "mean") and hasattr(prior, "cov"):
+        _check_prior_layout(prior, log)
         mean, cov = prior.mean, prior.cov
     else:
         raise TypeError("prior must be a CascadePrior or a (mean, cov) tuple")
@@ -78,6 +87,28 @@ def _prior_arrays(p: int, lam: float, prior: Any) -> tuple[np.ndarray, np.ndarra
     if np.linalg.eigvalsh(cov).min() <= 0:
         raise ValueError("prior cov must be positive definite")
     return mean, cov
+
+
+def _check_prior_layout(prior: Any, log: CascadeLog) -> None:
+    want = {"n_features": log.n_features, "n_arms": log.n_arms}
+    got = {k: getattr(prior, k) for k in want if getattr(prior, k, None) is not None}
+    if any(
+        isinstance(v, bool) or not isinstance(v, int | np.integer) or v != want[k]
+        for k, v in got.items()
+    ):
+        raise ValueError(
+            "prior was fitted for "
+            + ", ".join(f"{k}={v!r}" for k, v in got.items())
+            + " but the log has "
+            + ", ".join(f"{k}={want[k]}" for k in got)
+        )
+    names = [str(f) for f in getattr(prior, "features", None) or []]
+    default = [f"x{i}" for i in range(len(names))]
+    if names and names != default and names != [str(f) for f in log.features]:
+        raise ValueError(
+            f"prior was fitted on the features {names} but the log has {list(log.features)} "
+            "(the context coefficients must name the same columns, in the same order)"
+        )
 
 
 def _param_labels(features: tuple[str, ...] | list[str], K: int) -> list[str]:
@@ -121,7 +152,7 @@ def cascade_click_model(
     lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
     d, K = log.n_features, log.n_arms
     labels = _param_labels(log.features, K)
-    pr = _prior_arrays(d + K, lam, prior)
+    pr = _prior_arrays(log, prior)
     coords = {"param": labels, "feature": list(log.features), "arm": list(range(K))}
     with pm.Model(coords=coords) as model:
         if pr is None:
@@ -375,7 +406,7 @@ def cascade_laplace(data: Any, *, lam: float = 1.0, prior: Any = None, **columns
     log = read_cascade_log(data, **columns)
     lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
     Z, y = log.design()
-    pr = _prior_arrays(log.n_params, lam, prior)
+    pr = _prior_arrays(log, prior)
     if pr is None:
         return laplace_approximation(Z, y, lam=lam)
     prec = np.linalg.inv(pr[1])

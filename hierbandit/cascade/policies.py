@@ -43,7 +43,10 @@ default (``beta="theory"`` gives Theorem 5.2's radius), round-robin warm-up is
 
 from __future__ import annotations
 
+import os
+import warnings
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -74,6 +77,9 @@ from hierbandit.cascade.env import (
 )
 from hierbandit.checkpoint import SharedStateMixin
 from hierbandit.stats.logistic import UPDATES, OnlineLogistic, joint_quadform, spd_factor
+
+#: warnings point at the first caller outside the package
+_PACKAGE_DIR = str(Path(__file__).parent.parent) + os.sep
 
 __all__ = [
     "AUCBBP",
@@ -114,7 +120,12 @@ def exploration_budget(t: int, n_users: int, n_episodes: int) -> int:
     """AUCBBP's budget ``M_t = max{1, ⌊N e^{−t/ln T}⌋}`` (§6, Algorithm 3 line 12).
 
     ``t`` counts episodes from 1, warm-up included; ``T >= 2`` (``ln 1 = 0``; docs/cascading.md A8).
+    Integers ``t >= 1``, ``n_users >= 1`` and ``n_episodes >= 2``, else ``TypeError`` /
+    ``ValueError`` naming the argument.
     """
+    t = check_positive_int(t, "t")
+    n_users = check_positive_int(n_users, "n_users")
+    n_episodes = check_positive_int(n_episodes, "n_episodes", minimum=2)
     return max(1, int(np.floor(n_users * np.exp(-t / np.log(n_episodes)))))
 
 
@@ -138,7 +149,18 @@ def beta_theory(
     ``β = κ e_max c_z √(2 (d+K) max(1, log ñ) log((d+K)/δ))``,
     ``κ = √(3 + 2 log(1 + c_z²/(8λ)))``, with ``ñ`` the observations before the episode.
     ``variant="lemma13.16"`` drops the factor ``c_z`` (Lemma 13.16's form).
+
+    Needs integers ``n_obs >= 0`` and ``n_params >= 1``, finite ``e_max > 0``, ``c_z > 0``,
+    ``lam > 0`` and ``0 < delta < 1``, else ``TypeError`` / ``ValueError`` naming the argument.
     """
+    n_obs = check_positive_int(n_obs, "n_obs", minimum=0)
+    n_params = check_positive_int(n_params, "n_params")
+    e_max = check_scalar(e_max, "e_max", low=0.0, low_inclusive=False)
+    c_z = check_scalar(c_z, "c_z", low=0.0, low_inclusive=False)
+    lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
+    delta = check_scalar(delta, "delta", low=0.0, low_inclusive=False)
+    if delta >= 1.0:
+        raise ValueError(f"delta must be < 1 (a confidence level), got {delta}")
     check_choice(variant, ("thm5.2", "lemma13.16"), "variant")
     kappa = np.sqrt(3.0 + 2.0 * np.log1p(c_z**2 / (8.0 * lam)))
     log_n = max(1.0, float(np.log(n_obs))) if n_obs > 0 else 1.0
@@ -222,14 +244,36 @@ def _rows(X: np.ndarray, arms: np.ndarray, clicks: np.ndarray, K: int) -> tuple:
     return Z, clicks[n_idx, h_idx].astype(float)
 
 
-def _check_prior(prior: Any, n_params: int) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+def _check_prior(
+    prior: Any, n_features: int, n_arms: int
+) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """A Gaussian prior on θ: an object with ``mean`` and ``cov`` (e.g. a fitted
-    ``CascadePrior``) or a ``(mean, cov)`` tuple. Returns ``(mean, precision)``."""
+    ``CascadePrior``) or a ``(mean, cov)`` tuple. Returns ``(mean, precision)``.
+
+    θ = [θ_x; α] is laid out by ``n_features`` and ``n_arms``: an object that records them (a
+    ``CascadePrior`` does) must record the policy's, since a prior of the same length
+    ``d + K`` but another split would be read with its coefficients on the wrong parameters.
+    A tuple carries no layout and is matched by length only."""
     if prior is None:
         return None, None
+    n_params = n_features + n_arms
     if isinstance(prior, tuple) and len(prior) == 2:
         mean, cov = prior
     elif hasattr(prior, "mean") and hasattr(prior, "cov"):
+        want = {"n_features": n_features, "n_arms": n_arms}
+        got = {k: getattr(prior, k) for k in want if getattr(prior, k, None) is not None}
+        if any(
+            isinstance(v, bool) or not isinstance(v, int | np.integer) or v != want[k]
+            for k, v in got.items()
+        ):
+            raise ValueError(
+                "prior was fitted for "
+                + ", ".join(f"{k}={v!r}" for k, v in got.items())
+                + " but the policy has "
+                + ", ".join(f"{k}={want[k]}" for k in got)
+                + " (θ = [θ_x; α] holds the n_features context coefficients, then the n_arms "
+                "arm effects)"
+            )
         mean, cov = prior.mean, prior.cov
     else:
         raise TypeError(
@@ -433,7 +477,7 @@ class _LogisticCascadePolicy(CascadePolicy):
         self.lam = check_regularisation(lam, "lam")
         self.update_rule = check_choice(update_rule, UPDATES, "update_rule")
         self.warmup = check_positive_int(warmup, "warmup", minimum=0)
-        mean, prec = _check_prior(prior, self.n_params)
+        mean, prec = _check_prior(prior, self.n_features, self.n_arms)
         self.prior = prior
         self.estimator = OnlineLogistic(
             self.n_params, self.lam, self.update_rule, prior_mean=mean, prior_precision=prec
@@ -460,6 +504,31 @@ class _LogisticCascadePolicy(CascadePolicy):
 
     def _learn(self, Z: np.ndarray, y: np.ndarray) -> None:
         self.estimator.update(Z, y)
+        if self.update_rule == "batch_map" and Z.shape[0]:
+            self._check_map()
+
+    def _check_map(self) -> None:
+        """Warn when a ``batch_map`` refit stopped short of the MAP.
+
+        Newton-IRLS runs at most ``estimator.max_iter`` iterations. The Newton step
+        ``A⁻¹ ∇`` at the θ̂ it returned (``A`` the Hessian there, ``∇`` the penalised gradient
+        over all stored rows) is how far θ̂ still is from the MAP: when its largest coordinate
+        exceeds ``estimator.tol`` the refit did not converge, and a ``RuntimeWarning`` says so
+        (θ̂ is kept: it is the best iterate, and the next episode's refit starts from it).
+        """
+        est = self.estimator
+        Z, y = est.stored_data()
+        grad = Z.T @ (y - expit(Z @ est.theta)) - est.prior_precision @ (est.theta - est.prior_mean)
+        step = float(np.max(np.abs(est.cov @ grad)))
+        if not step <= est.tol:
+            warnings.warn(
+                f"update_rule='batch_map': the Newton-IRLS refit of episode {self.t + 1} did "
+                f"not converge in {est.max_iter} iterations (θ̂ is still {step:.3g} from the "
+                f"MAP in a coordinate, tolerance {est.tol:g}); the estimate is the last iterate. "
+                "Rescale the contexts or raise lam if this persists",
+                RuntimeWarning,
+                skip_file_prefixes=(_PACKAGE_DIR,),
+            )
 
     def posterior(self) -> xr.Dataset:
         """θ̂ and ``A⁻¹`` (the online Laplace posterior ``N(θ̂, A⁻¹)`` for ``newton1``)."""
@@ -511,7 +580,8 @@ class UCBBP(_LogisticCascadePolicy):
         ``T₀``, round-robin episodes (default 2).
     delta, c_z, theory_variant
         For ``beta="theory"``: δ (``0 < δ < 1/e``; default 0.05), the feature-norm bound
-        (default :func:`default_cz`) and ``"thm5.2"``/``"lemma13.16"``.
+        (default :func:`default_cz`) and ``"thm5.2"``/``"lemma13.16"``. With a constant β, δ
+        is unused and only has to be a finite real number (its range is not checked).
     prior
         Gaussian prior on θ replacing ``N(0, λ⁻¹I)``: a fitted
         :class:`hierbandit.bayes.cascade.CascadePrior` or a ``(mean, cov)`` tuple.
@@ -554,7 +624,10 @@ class UCBBP(_LogisticCascadePolicy):
             self.beta = beta
         else:
             self.beta = check_scalar(beta, "beta", low=0.0)
-        self.delta = check_scalar(delta, "delta", low=0.0, low_inclusive=False, high=np.exp(-1))
+        if self.beta == "theory":
+            self.delta = check_scalar(delta, "delta", low=0.0, low_inclusive=False, high=np.exp(-1))
+        else:  # unused: kept as plain configuration (a checkpoint carries it), range unchecked
+            self.delta = check_scalar(delta, "delta")
         self.c_z = None if c_z is None else check_scalar(c_z, "c_z", low=0.0, low_inclusive=False)
         self.theory_variant = check_choice(
             theory_variant, ("thm5.2", "lemma13.16"), "theory_variant"
@@ -828,7 +901,7 @@ class _LinearCascadePolicy(CascadePolicy):
         super().__init__(n_arms, n_features, rewards, horizon, tie_break=tie_break, rng=rng)
         self.lam = check_regularisation(lam, "lam")
         self.slate = check_choice(slate, ("rank", "plan"), "slate")
-        mean, prec = _check_prior(prior, self.n_params)
+        mean, prec = _check_prior(prior, self.n_features, self.n_arms)
         self.prior = prior
         p = self.n_params
         self.M = self.lam * np.eye(p) if prec is None else prec.copy()
