@@ -47,6 +47,7 @@ from hierbandit._validation import (
     MAX_FEATURE,
     MAX_STATE_ENTRIES,
     _as_float_array,
+    _check_finite,
     as_generator,
     check_bool,
     check_choice,
@@ -90,10 +91,20 @@ from hierbandit.sclub._kernels import (
 
 
 def anytime_beta(n: Any, tau: Any, n_features: int) -> Any:
-    """β(N, τ) = sqrt(d ln(1 + N/d) + 4 ln τ + ln 2) + 1 (docs/sclub.md C-18), τ ≥ 1."""
+    """β(N, τ) = sqrt(d ln(1 + N/d) + 4 ln τ + ln 2) + 1 (docs/sclub.md C-18), τ ≥ 1.
+
+    ``n`` (observation counts) and ``tau`` (rounds; below 1 taken as 1) are numbers or arrays
+    of finite, non-negative values; anything else raises ``TypeError`` / ``ValueError`` naming
+    the argument.
+    """
     d = check_positive_int(n_features, "n_features")
-    n = np.asarray(n, dtype=float)
-    tau = np.maximum(np.asarray(tau, dtype=float), 1.0)
+    n = _as_float_array(n, "n")
+    tau = _as_float_array(tau, "tau")
+    for name, arr in (("n", n), ("tau", tau)):
+        _check_finite(arr, name, None)
+        if np.any(arr < 0):
+            raise ValueError(f"{name} must hold non-negative counts, got {arr.min():g}")
+    tau = np.maximum(tau, 1.0)
     out = np.sqrt(d * np.log1p(n / d) + 4.0 * np.log(tau) + np.log(2.0)) + 1.0
     return float(out) if out.ndim == 0 else out
 
@@ -270,7 +281,8 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
             Per-round noise: a uniform on [0, 1) for Bernoulli rewards (reward = 1 when
             ``noise < mean``), or the additive noise of Gaussian rewards.
         bernoulli : bool, default True
-            Reward model.
+            Reward model. Bernoulli rewards need ``means`` in [0, 1] (probabilities) and
+            ``noise`` in [0, 1) (the uniforms); otherwise ``ValueError`` naming the array.
 
         Returns
         -------
@@ -306,6 +318,16 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
                 raise ValueError(f"{name} must have magnitude <= {MAX_ABS:g}")
         if not isinstance(bernoulli, bool | np.bool_):
             raise TypeError("bernoulli must be a bool")
+        if bernoulli and means.size and (means.min() < 0.0 or means.max() > 1.0):
+            raise ValueError(
+                "means must be probabilities in [0, 1] with bernoulli=True (the reward is 1 "
+                f"when noise < mean), got values in [{means.min():g}, {means.max():g}]"
+            )
+        if bernoulli and noise.size and (noise.min() < 0.0 or noise.max() >= 1.0):
+            raise ValueError(
+                "noise must hold uniforms in [0, 1) with bernoulli=True, got values in "
+                f"[{noise.min():g}, {noise.max():g}]"
+            )
         return self._run(
             users.astype(np.int64),
             np.ascontiguousarray(items),
