@@ -17,11 +17,30 @@ from hierbandit.offline.generate import OfflineTestSet, suboptimality
 __all__ = ["evaluate", "gamma_sweep"]
 
 
+def _check_test(test: object) -> None:
+    """``test`` must be the evaluation half (an :class:`OfflineTestSet`), not a logged data set."""
+    if not isinstance(test, OfflineTestSet):
+        raise TypeError(
+            "test must be an OfflineTestSet (the evaluation half of make_problem(...), or "
+            "OfflineTestSet(theta, user_probs, n_test)): SubOpt needs the true preference vectors "
+            "and fresh action sets, which a logged data set does not have; got "
+            f"{type(test).__name__}"
+        )
+
+
 def evaluate(models: Mapping[str, OfflineModel], test: OfflineTestSet) -> xr.Dataset:
     """Average SubOpt of each fitted model on the same test decisions.
 
     Every test decision (u, 𝒜_test) is scored by all models chunk by chunk, so the test set is
     generated once per call and never held whole in memory.
+
+    Parameters
+    ----------
+    models : mapping of str to OfflineModel
+        Fitted models.
+    test : OfflineTestSet
+        The evaluation half (the second value of :func:`~hierbandit.offline.make_problem`); a
+        logged :class:`~hierbandit.offline.OfflineDataset` raises ``TypeError``.
 
     Returns
     -------
@@ -29,6 +48,7 @@ def evaluate(models: Mapping[str, OfflineModel], test: OfflineTestSet) -> xr.Dat
         ``subopt`` (mean SubOpt) and ``subopt_se`` (its standard error over test decisions) along
         ``algorithm``; attrs ``n_test``.
     """
+    _check_test(test)
     names = list(models)
     if not names:
         raise ValueError("models must not be empty")
@@ -85,6 +105,7 @@ def gamma_sweep(
     if not isinstance(model, OffC2LUB):
         raise TypeError(f"model must be a fitted OffC2LUB, got {type(model).__name__}")
     model._check_fitted()
+    _check_test(test)
     g = gamma_grid(model, grid) if isinstance(grid, int | np.integer) else np.asarray(grid, float)
     if g.ndim != 1 or g.size == 0 or not np.all(np.isfinite(g)) or np.any(g < 0):
         raise ValueError("grid must be a non-empty 1-d array of finite values >= 0")

@@ -341,6 +341,10 @@ class OfflineTestSet:
             yield users, actions
 
 
+#: the keywords :func:`make_problem` passes on to :func:`generate_offline`
+_LOGGING_KWARGS = ("logging_alpha", "logging_lambda", "logging_uses_true_theta")
+
+
 def make_problem(
     theta: np.ndarray,
     labels: np.ndarray | None,
@@ -358,7 +362,19 @@ def make_problem(
     offline dataset, the second half as the test set (capped at ``n_test`` decisions if given).
 
     The training rows and the test stream come from separate child streams of ``rng``.
+    ``logging_kwargs`` are the logging-policy arguments of :func:`generate_offline`
+    (``logging_alpha``, ``logging_lambda``, ``logging_uses_true_theta``); another keyword raises
+    ``TypeError`` naming it.
     """
+    unknown = sorted(set(logging_kwargs) - set(_LOGGING_KWARGS))
+    if unknown:
+        raise TypeError(
+            f"make_problem() got an unexpected keyword argument {unknown[0]!r} (besides its own "
+            f"arguments it takes the logging-policy arguments {', '.join(_LOGGING_KWARGS)})"
+        )
+    theta = _as_float_array(theta, "theta")
+    if theta.ndim != 2:
+        raise ValueError(f"theta must be an (n_users, d) array, got shape {theta.shape}")
     size = check_positive_int(dataset_size, "dataset_size", minimum=2)
     U = theta.shape[0]
     probs = np.full(U, 1.0 / U) if user_probs is None else _check_probs(user_probs, U)
@@ -379,7 +395,7 @@ def make_problem(
         **logging_kwargs,
     )
     test = OfflineTestSet(
-        theta=np.asarray(theta, dtype=np.float64),
+        theta=theta,
         user_probs=probs,
         n_test=n_eval,
         n_candidates=n_candidates,
