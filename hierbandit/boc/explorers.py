@@ -601,7 +601,8 @@ class BOC(ClusteringExplorer):
         exploration; the plug-in λ*(t) is projected on ``{λ ≥ r²/(2M), Σλ = 1}``).
     r
         Lower bound on the ratio of smallest to largest centre distance (Assumption 1), required
-        by ``exploration="linear"``.
+        by ``exploration="linear"``; with ``exploration="forced"`` it is unused and passing it
+        raises ``ValueError``.
     alt_pairs, first_seed, max_iter, rng
         See :class:`ClusteringExplorer`.
 
@@ -638,7 +639,10 @@ class BOC(ClusteringExplorer):
                 raise ValueError("exploration='linear' needs r (Assumption 1), got None")
             r = check_scalar(r, "r", low=0.0, high=1.0, low_inclusive=False)
         elif r is not None:
-            r = check_scalar(r, "r", low=0.0, high=1.0, low_inclusive=False)
+            raise ValueError(
+                "r is used only by exploration='linear' (the floor r²/(2M) of eq. 22); forced "
+                f"exploration would ignore it: drop r or pass exploration='linear', got r={r!r}"
+            )
         super().__init__(
             n_arms,
             n_clusters,
