@@ -98,6 +98,9 @@ class EBOptions:
                     f"threshold must be 'cv', 'none' or a float, got {self.threshold!r}"
                 )
             mode, gamma = (0 if self.threshold == "cv" else 2), 0.0
+        elif isinstance(self.threshold, float | np.floating) and np.isposinf(self.threshold):
+            # γ = ∞ zeroes every thresholdable entry (docs/maths/ebm.md §7.3): a diagonal Σ̂
+            gamma, mode = np.inf, 1
         else:
             gamma = check_scalar(self.threshold, "threshold", low=0.0)
             mode = 1
