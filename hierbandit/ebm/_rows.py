@@ -18,7 +18,7 @@ from numba import njit
 
 from hierbandit.stats import kernels as K
 
-__all__ = ["apply_rows", "reestimate_due", "register_instance", "update_row"]
+__all__ = ["apply_rows", "recompute_due", "reestimate_due", "register_instance", "update_row"]
 
 _JIT = {"cache": True, "nogil": True}
 
@@ -36,6 +36,14 @@ def reestimate_due(pulls_k, since_k, every, budget, n):
     if every > 0:
         return pulls_k % every == 0
     return since_k * budget >= n
+
+
+@njit(**_JIT)
+def recompute_due(count_k, recompute_every, budget, n):
+    """Whether arm k is recomputed from its statistics after ``count_k`` incremental steps:
+    at least ``recompute_every`` of them, and at least n / ``budget``, so that the O(n)
+    recomputation costs O(budget · d³) per step amortised, as a re-estimation does."""
+    return count_k >= recompute_every and count_k * budget >= n
 
 
 @njit(**_JIT)
@@ -134,12 +142,25 @@ def update_row(
         rank_one_count[k] = 0
         since[k] = 0
     else:
-        exact = K.rank_one_update(
-            x, y, G[k, j], b[k, j], Ct[k, j], A[k, j], P[k], r[k], Phi[k], beta0[k], sigma2[k]
+        # O(d²), or O(d³) where the rank-one step is ill-conditioned: never O(n)
+        K.observe_row(
+            x,
+            y,
+            G[k, j],
+            b[k, j],
+            Ct[k, j],
+            A[k, j],
+            P[k],
+            r[k],
+            Phi[k],
+            beta0[k],
+            Sigma[k],
+            sigma2[k],
+            P0[k],
         )
         rank_one_count[k] += 1
-        # an ill-conditioned rank-one step was not applied: recompute the arm
-        if not exact or rank_one_count[k] >= recompute_every:
+        # the periodic recomputation bounds the rounding the incremental steps accumulate
+        if recompute_due(rank_one_count[k], recompute_every, budget, n):
             K.arm_posterior(
                 G[k, :n],
                 b[k, :n],

@@ -6,7 +6,7 @@ horizon of a policy inside one compiled function instead of calling ``policy._se
 ``numba.get_num_threads()`` threads (set by ``NUMBA_NUM_THREADS``).
 
 The compiled loop is the per-seed Python loop written out: it works in place on the policy's
-own arrays, calls the same numba kernels (``score_arms``, ``rank_one_update``,
+own arrays, calls the same numba kernels (``score_arms``, ``observe_row``,
 ``reestimate_arm``, ``arm_posterior`` of :mod:`hierbandit.stats.kernels`; ``_index_scores`` and
 ``ridge_add`` for the ridge bandits) with the same arguments, draws from the policy's own
 ``numpy.random.Generator`` objects (numba's Generator methods share the generator's state and

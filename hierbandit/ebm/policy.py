@@ -88,8 +88,10 @@ class EbmPolicy(Policy):
         divides by σ² once too often (docs/decisions/ebm.md T3). The literal form exists only for
         comparison.
     recompute_every : int, default 10000
-        Recompute an arm from its sufficient statistics after this many consecutive rank-one
-        updates, discarding accumulated rounding drift.
+        Recompute an arm from its sufficient statistics after this many consecutive
+        incremental updates (and at least N / ``hyper_update_budget`` of them, so that the
+        O(N) recomputation keeps the amortised cost of a step flat in N), discarding
+        accumulated rounding drift.
     prior : HierarchicalPrior, optional
         A prior fitted to historical data (:func:`hierbandit.bayes.fit_prior`), or any object
         with arrays ``shared_mean`` (K, d), ``shared_cov`` (K, d, d), ``Sigma`` (K, d, d) and
@@ -419,7 +421,9 @@ class EbmPolicy(Policy):
             b += x * y
             self._reestimate_arm(k)
         else:
-            exact = K.rank_one_update(
+            # rank-one, or instance j's blocks refreshed where that is ill-conditioned (a row
+            # large against what the arm knows): O(d³) at most, whatever the number of users
+            K.observe_row(
                 x,
                 y,
                 self.G[k, j],
@@ -430,12 +434,17 @@ class EbmPolicy(Policy):
                 self._r[k],
                 self._Phi[k],
                 self._beta0[k],
+                self.Sigma[k],
                 self.sigma2[k],
+                self._P0[k],
             )
             self._rank_one_count[k] += 1
-            # an ill-conditioned rank-one step (a row large against what the arm knows) was
-            # not applied: recompute the arm from its (updated) sufficient statistics
-            if not exact or self._rank_one_count[k] >= self.recompute_every:
+            if _rows.recompute_due(
+                self._rank_one_count[k],
+                self.recompute_every,
+                self.hyper_update_budget,
+                self.n_instances,
+            ):
                 self._recompute_arm(k)
 
     @property

@@ -387,6 +387,7 @@ class IncrementalHierarchicalPosterior:
         self.b = np.zeros((N, d))
         self.n_added = 0
         self._since_recompute = 0
+        self._P0 = shared_prior_arrays(self.lam, d)[0]
         self.recompute()
 
     def recompute(self) -> None:
@@ -402,7 +403,8 @@ class IncrementalHierarchicalPosterior:
         j = check_index(instance, self.n_instances, "instance")
         x = check_vector(x, self.n_features, "x")
         y = check_scalar(y, "y")
-        exact = K.rank_one_update(
+        # rank-one, or instance j refreshed in O(d³) where that is ill-conditioned
+        K.observe_row(
             x,
             y,
             self.G[j],
@@ -413,12 +415,13 @@ class IncrementalHierarchicalPosterior:
             self._r,
             self._Phi,
             self._beta0,
+            self.Sigma,
             self.sigma2,
+            self._P0,
         )
         self.n_added += 1
         self._since_recompute += 1
-        # an ill-conditioned step updated only (G, b): recompute from them
-        if not exact or (self.recompute_every and self._since_recompute >= self.recompute_every):
+        if self.recompute_every and self._since_recompute >= self.recompute_every:
             self.recompute()
 
     def posterior(self) -> HierarchicalPosterior:

@@ -45,10 +45,11 @@ _JIT = {"cache": True, "nogil": True}
 SM_LIMIT = 1e4
 
 #: the same limit for the two Sherman–Morrison steps of the hierarchical rank-one update
-#: (:func:`rank_one_update`), whose denominators are routinely 1e3–1e4 in ordinary runs (the
-#: shared-mean step under the weak hyperprior λ = 1e-3, first rows under a large Σ̂): at most
-#: 2e-8 of relative error per step, and ordinary runs never refactorise
-EBM_SM_LIMIT = 1e8
+#: (:func:`rank_one_update`), whose denominators reach 1e3–1e4 in ordinary runs (the
+#: shared-mean step under the weak hyperprior λ = 1e-3, first rows under a large Σ̂): a
+#: declined step refreshes the instance's blocks and Φ in O(d³) (:func:`observe_row`), so the
+#: limit can be as strict as the ridge statistics' (at most 2e-12 of relative error per step)
+EBM_SM_LIMIT = 1e4
 
 #: largest entry of an estimated Σ̂ (the scatter of per-instance OLS estimates) and largest
 #: σ̂² that are used; beyond them (or on overflow) the previous value is kept, so that every
@@ -345,31 +346,45 @@ def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
             P[i, k] = P0[i, k]
     for j in range(N):
         _ct_a(G[j], Sigma, sigma2, triangular, Lr, Linv, Ct[j], A[j], Minv, M, K, R, W)
-        # P += Minvᵀ G_j ; r += Minvᵀ b_j   (A_jᵀ/σ² = Minvᵀ)
+        _add_terms(Minv, G[j], b[j], P, r)
+    return _shared_solve(P, P0, Phi, r, beta0, R, W)
+
+
+@njit(**_JIT)
+def _add_terms(Minv, Gj, bj, P, r):
+    """P += M_j⁻ᵀ G_j, r += M_j⁻ᵀ b_j (instance j's terms; A_jᵀ/σ² = M_j⁻ᵀ)."""
+    d = bj.shape[0]
+    for i in range(d):
+        s = 0.0
+        for m in range(d):
+            s += Minv[m, i] * bj[m]
+        r[i] += s
+    if d <= _SMALL_D:
         for i in range(d):
-            s = 0.0
-            for m in range(d):
-                s += Minv[m, i] * b[j, m]
-            r[i] += s
-        if d <= _SMALL_D:
+            for k in range(d):
+                s = 0.0
+                for m in range(d):
+                    s += Minv[m, i] * Gj[m, k]
+                P[i, k] += s
+    else:
+        for m in range(d):
             for i in range(d):
+                c = Minv[m, i]
                 for k in range(d):
-                    s = 0.0
-                    for m in range(d):
-                        s += Minv[m, i] * G[j, m, k]
-                    P[i, k] += s
-        else:
-            for m in range(d):
-                for i in range(d):
-                    c = Minv[m, i]
-                    for k in range(d):
-                        P[i, k] += c * G[j, m, k]
+                    P[i, k] += c * Gj[m, k]
+
+
+@njit(**_JIT)
+def _shared_solve(P, P0, Phi, r, beta0, L, Li):
+    """Symmetrise P, Φ = P⁻¹ (:func:`shared_inverse_into`, scratch ``L``, ``Li``) and
+    β̂₀ = Φr. Returns the inverse's flag."""
+    d = r.shape[0]
     for i in range(d):
         for k in range(i):
             v = 0.5 * (P[i, k] + P[k, i])
             P[i, k] = v
             P[k, i] = v
-    ok = shared_inverse_into(P, P0, Phi, R, W)
+    ok = shared_inverse_into(P, P0, Phi, L, Li)
     for i in range(d):
         s = 0.0
         for k in range(d):
@@ -503,14 +518,37 @@ def score_requests(X, J, Ct, A, b, beta0, Phi, sigma2, Ct0, A0, literal_44, MU, 
 def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
     """Add one observation to instance j of an arm with the hyperparameters held fixed.
 
+    :func:`_sherman_morrison`; when it declines, only ``Gj`` and ``bj`` are updated and False
+    is returned: the caller must then recompute the arm from its sufficient statistics
+    (:func:`observe_row` refreshes instance j alone instead).
+    """
+    if _sherman_morrison(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
+        return True
+    _add_row(x, y, Gj, bj)
+    return False
+
+
+@njit(**_JIT)
+def _add_row(x, y, Gj, bj):
+    """G_j += xxᵀ, b_j += xy."""
+    d = x.shape[0]
+    for i in range(d):
+        bj[i] += x[i] * y
+        for m in range(d):
+            Gj[i, m] += x[i] * x[m]
+
+
+@njit(**_JIT)
+def _sherman_morrison(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
+    """Rank-one update of instance j of an arm, hyperparameters held fixed.
+
     Sherman–Morrison on C̃_j and A_j, a rank-one increment of P = Φ⁻¹ (Lemma D.3 of the ebm
     paper, in the corrected form (I + vvᵀ)⁻¹ = I − vvᵀ/(1 + vᵀv)), Sherman–Morrison on Φ, and the
     change of instance j's term in r. Updates ``Gj``/``bj`` too. O(d²).
 
     Both Sherman–Morrison steps subtract a rank-one term that cancels all but a fraction 1/s of
     the matrix along the update (s = 1 + xᵀC̃_jx, resp. the denominator of the Φ step). When
-    either s is above ``EBM_SM_LIMIT`` (or not ≥ 1/2) only ``Gj`` and ``bj`` are updated and
-    False is returned: the caller must then recompute the arm from its sufficient statistics.
+    either s is above ``EBM_SM_LIMIT`` (or not ≥ 1/2) nothing is changed and False is returned.
     """
     d = x.shape[0]
     cx = np.empty(d)
@@ -544,10 +582,6 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
         den = 1.0 + c * uPu
         good = 0.5 <= den <= EBM_SM_LIMIT
     if not good:
-        for i in range(d):
-            bj[i] += x[i] * y
-            for m in range(d):
-                Gj[i, m] += x[i] * x[m]
         return False
     # old contribution of instance j to r: A_jᵀ b_j / σ²
     old_r = np.empty(d)
@@ -589,6 +623,52 @@ def rank_one_update(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
             t += Phi[i, m] * r[m]
         beta0[i] = t
     return True
+
+
+@njit(**_JIT)
+def refresh_instance(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, Sigma, sigma2, P0):
+    """Add one observation to instance j of an arm by recomputing its blocks, O(d³).
+
+    Instance j's terms A_jᵀG_j/σ² and A_jᵀb_j/σ² leave P and r, the row enters ``Gj``/``bj``,
+    C̃_j and A_j are recomputed from G_j as :func:`arm_posterior` does (:func:`_ct_a`), their
+    terms enter P and r, and Φ = P⁻¹, β̂₀ = Φr. In exact arithmetic this is the arm's posterior
+    recomputed from its statistics, without visiting the other instances: the step that
+    replaces a declined Sherman–Morrison update, so that no single row costs O(N). Every
+    term of P lies between 0 and Σ⁻¹ and grows with the data, so removing the old one loses
+    no more than rounding of its own size. Returns False when P had to be floored
+    (:func:`shared_inverse`).
+    """
+    d = x.shape[0]
+    buf = np.empty((7, d, d))
+    M, Minv, Lr, Kb, R, W, Linv = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6]
+    for i in range(d):
+        s = 0.0
+        for m in range(d):
+            s += Aj[m, i] * bj[m]
+        r[i] -= s / sigma2
+        for k in range(d):
+            s = 0.0
+            for m in range(d):
+                s += Aj[m, i] * Gj[m, k]
+            P[i, k] -= s / sigma2
+    _add_row(x, y, Gj, bj)
+    triangular = sigma_root_into(Sigma, Lr, M)
+    if triangular:
+        cholesky_inverse_lower(Lr, Linv)
+    _ct_a(Gj, Sigma, sigma2, triangular, Lr, Linv, Ctj, Aj, Minv, M, Kb, R, W)
+    _add_terms(Minv, Gj, bj, P, r)
+    return _shared_solve(P, P0, Phi, r, beta0, R, W)
+
+
+@njit(**_JIT)
+def observe_row(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, Sigma, sigma2, P0):
+    """One observation of instance j of an arm, hyperparameters held fixed: the O(d²)
+    Sherman–Morrison step, or :func:`refresh_instance` (O(d³)) where it is ill-conditioned.
+    Returns True for the rank-one step."""
+    if _sherman_morrison(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
+        return True
+    refresh_instance(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, Sigma, sigma2, P0)
+    return False
 
 
 # ---------------------------------------------------------------------- empirical Bayes
