@@ -344,7 +344,7 @@ def test_posterior_get_params_clone_and_prior():
         ({"beta": -1.0}, ValueError, "beta"),
         ({"beta": np.nan}, ValueError, "beta"),
         ({"lam": 0.0}, ValueError, "lam"),
-        ({"delta": 0.5}, ValueError, "delta"),
+        ({"delta": 0.5, "beta": "theory"}, ValueError, "delta"),
         ({"update_rule": "irls"}, ValueError, "update_rule"),
         ({"warmup": -1}, ValueError, "warmup"),
         ({"tie_break": "last"}, ValueError, "tie_break"),

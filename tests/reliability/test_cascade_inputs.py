@@ -292,8 +292,19 @@ LOGISTIC = {
 EXTRA = {
     "UCBBP": {
         **LOGISTIC,
-        "beta": pairs((0.5, True), ("theory", True), (-0.1, False), ("auto", False)),
-        "delta": pairs((0.05, True), (1e-300, True), (0.0, False), (0.5, False), (np.nan, False)),
+        # δ enters only the theory-sized β: with a constant β any finite δ is accepted
+        "beta_delta": pairs(
+            ({"beta": 0.5, "delta": 0.05}, True),
+            ({"beta": 0.5, "delta": 0.5}, True),
+            ({"beta": 0.5, "delta": np.nan}, False),
+            ({"beta": "theory", "delta": 0.05}, True),
+            ({"beta": "theory", "delta": 1e-300}, True),
+            ({"beta": "theory", "delta": 0.0}, False),
+            ({"beta": "theory", "delta": 0.5}, False),
+            ({"beta": "theory", "delta": np.nan}, False),
+            ({"beta": -0.1, "delta": 0.05}, False),
+            ({"beta": "auto", "delta": 0.05}, False),
+        ),
         "c_z": pairs((None, True), (2.0, True), (0.0, False), (-1.0, False)),
         "theory_variant": pairs(("thm5.2", True), ("lemma13.16", True), ("x", False)),
     },
@@ -329,12 +340,13 @@ EXTRA = {
 def test_constructor_validates(name, data):
     spec = {**COMMON, **EXTRA[name]}
     chosen = {k: data.draw(v, label=k) for k, v in spec.items()}
-    kw = {k: v for k, (v, _) in chosen.items()}
+    kw = {k: v for k, (v, _) in chosen.items() if k != "beta_delta"}
+    kw.update(chosen.get("beta_delta", ({}, True))[0])
     # the prior's length follows the drawn sizes only when they are the defaults
     if not (isinstance(kw["n_arms"], int) and kw["n_arms"] == K and kw["n_features"] == d):
         kw["prior"], chosen["prior"] = None, (None, True)
     valid = all(ok for _, ok in chosen.values())
-    names = (*spec, "prior mean", "prior cov")
+    names = (*spec, "beta", "delta", "prior mean", "prior cov")
     cls = getattr(cascade, name)
     pos = [kw.pop(k) for k in ("n_arms", "n_features", "rewards", "horizon")]
     if name == "AUCBBP":
