@@ -298,10 +298,18 @@ class _Decoder:
         cls = _resolve(value["__dataclass__"], _DATACLASSES, "dataclass")
         fields = value["fields"]
         names = {f.name for f in dataclasses.fields(cls) if f.init}
-        if not isinstance(fields, dict) or set(fields) != names:
+        # fields the class gained after the file was written take the value the older
+        # options imply (the behaviour the file was saved with)
+        added = getattr(cls, "_checkpoint_added", {})
+        if not isinstance(fields, dict) or not (
+            set(fields) <= names and names - set(fields) <= set(added)
+        ):
             raise _Refused(f"{cls.__name__} fields do not match")
         try:
-            return cls(**{k: self.decode(v, depth + 1) for k, v in fields.items()})
+            decoded = {k: self.decode(v, depth + 1) for k, v in fields.items()}
+            for name in names - set(fields):
+                decoded[name] = added[name](decoded)
+            return cls(**decoded)
         except (TypeError, ValueError) as exc:
             raise _Refused(f"invalid {cls.__name__} ({exc})") from None
 
@@ -313,7 +321,11 @@ class _Decoder:
         for name in attrs:
             if not _NAME.match(name) or name.startswith("__"):
                 raise _Refused(f"{cls.__name__} attribute name {name[:40]!r}")
-        decoded = {name: self.decode(v, depth + 1) for name, v in attrs.items()}
+        # attributes older files carry that the class now derives: not restored
+        dropped = getattr(cls, "_checkpoint_dropped", frozenset())
+        decoded = {
+            name: self.decode(v, depth + 1) for name, v in attrs.items() if name not in dropped
+        }
         obj = cls.__new__(cls)
         for name, v in decoded.items():
             object.__setattr__(obj, name, v)

@@ -128,6 +128,7 @@ def update_row(
             eb[10],
             eb[11],
             eb[12],
+            eb[13],
             Sigma[k],
             Ct[k, :n],
             A[k, :n],

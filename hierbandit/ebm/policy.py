@@ -122,6 +122,8 @@ class EbmPolicy(Policy):
         "_since_estimate": lambda p: np.zeros(int(p.n_arms), dtype=np.int64),
         "hyper_update_budget": lambda p: 10.0,
     }
+    #: derived from ``eb_options`` since, ignored in older files
+    _checkpoint_dropped: ClassVar[frozenset[str]] = frozenset({"_eb_args"})
 
     def __init__(
         self,
@@ -220,13 +222,6 @@ class EbmPolicy(Policy):
             Sigma0, s2 = self._read_prior(prior)
         self._ts_rng, self._cv_rng = self._streams[1], self._streams[2]
         self._literal_44 = self.mean_formula == "4.4-literal"
-        self._eb_args = (
-            *eb_options._kernel,
-            float(eb_options.sigma2_floor),
-            int(eb_options.eb_iters),
-            bool(eb_options.estimate_Sigma),
-            bool(eb_options.estimate_sigma2),
-        )
         self._need_uniforms = eb_options.threshold == "cv" and eb_options.estimate_Sigma
         # with both hyperparameters frozen every update takes the O(d²) rank-one path
         self._estimates_any = (eb_options.estimate_Sigma or eb_options.estimate_sigma2) and not (
@@ -446,6 +441,11 @@ class EbmPolicy(Policy):
                 self.n_instances,
             ):
                 self._recompute_arm(k)
+
+    @property
+    def _eb_args(self) -> tuple:
+        """The options of :func:`kernels.reestimate_arm` (uniforms go after the ninth)."""
+        return self.eb_options.reestimate_args
 
     @property
     def _every(self) -> int:

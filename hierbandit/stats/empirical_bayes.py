@@ -1,6 +1,9 @@
 """Empirical-Bayes estimators of the hyperparameters (Σ_k, σ²_k) of the ebm paper (§4.3).
 
-* σ̂² — pooled residuals of the EB posterior means, Σ_j‖y_j − X_jβ̂_j‖² / max(Σ_j T_j − d − 1, 1).
+* σ̂² — pooled residuals of the EB posterior means, Σ_j‖y_j − X_jβ̂_j‖² divided by the rows
+  less the degrees of freedom the fit used: by default the trace of its hat matrix
+  (``sigma2_df="effective"``), or d + 1 as the paper prints (``sigma2_df="paper"``), which
+  collapses σ̂² when instances have few rows (docs/decisions/ebm.md A9).
 * Σ̂ — the sample covariance of the per-instance OLS estimates, hard-thresholded following
   Bickel & Levina (2008) with the threshold chosen by their random-split cross-validation,
   diagonal kept and projected onto the positive semi-definite cone.
@@ -12,7 +15,7 @@ see ``docs/decisions/ebm.md`` for the list of decisions.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -38,6 +41,7 @@ __all__ = [
 ]
 
 _NORMALIZATIONS = {"n-1": 0, "n": 1, "none": 2}
+_SIGMA2_DF = {"effective": 0, "paper": 1}
 
 
 @dataclass(frozen=True)
@@ -68,13 +72,23 @@ class EBOptions:
     ols_ridge : float
         Ridge added to G_j in the per-instance OLS (default 0, plain OLS).
     rank_tol : float
-        An instance counts as full rank when its Cholesky factorisation succeeds with every
-        squared pivot above rank_tol · trace(G_j) (each squared pivot is ≥ λ_min(G_j)).
+        An instance counts as full rank when its Cholesky factorisation succeeds and
+        1/tr(G_j⁻¹) > rank_tol · tr(G_j) (within a factor d of λ_min(G_j)/tr(G_j)).
     debias_ols_noise : bool
         Subtract σ̂² · mean_j G_j⁻¹ (the OLS sampling noise) from the scatter before thresholding.
     estimate_Sigma, estimate_sigma2 : bool
         Re-estimate each hyperparameter (False keeps the initial/previous value fixed).
+    sigma2_df : {"effective", "paper"}
+        Degrees of freedom the residuals of σ̂² are divided by, Σ_j T_j less: the trace of the
+        posterior mean's hat matrix, Σ_j tr(C̃_j G_j) + tr(Φ Σ_j A_jᵀG_jA_j)/σ²
+        (``"effective"``, default; σ̂² keeps its previous value while fewer than one degree of
+        freedom is left), or d + 1 (``"paper"``, §4.3 as printed). The paper's divisor counts
+        none of the freedom the per-instance means take, and with few rows per instance σ̂²
+        falls far below the noise (docs/decisions/ebm.md A9).
     """
+
+    #: options a checkpoint written before the field existed was running with
+    _checkpoint_added: ClassVar[dict[str, Any]] = {"sigma2_df": lambda fields: "paper"}
 
     threshold: str | float = "cv"
     cv_splits: int = 50
@@ -89,6 +103,7 @@ class EBOptions:
     debias_ols_noise: bool = False
     estimate_Sigma: bool = True
     estimate_sigma2: bool = True
+    sigma2_df: str = "effective"
     _kernel: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -117,6 +132,10 @@ class EBOptions:
         check_variance(self.sigma2_floor, "sigma2_floor")
         check_scalar(self.ols_ridge, "ols_ridge", low=0.0)
         check_scalar(self.rank_tol, "rank_tol", low=0.0)
+        if self.sigma2_df not in _SIGMA2_DF:
+            raise ValueError(
+                f"sigma2_df must be one of {tuple(_SIGMA2_DF)}, got {self.sigma2_df!r}"
+            )
         object.__setattr__(
             self,
             "_kernel",
@@ -131,6 +150,19 @@ class EBOptions:
                 int(self.min_instances_for_sigma),
                 bool(self.debias_ols_noise),
             ),
+        )
+
+    @property
+    def reestimate_args(self) -> tuple:
+        """The options of :func:`kernels.reestimate_arm` in its order, as Python scalars (the
+        CV uniforms go between the ninth and the tenth)."""
+        return (
+            *self._kernel,
+            float(self.sigma2_floor),
+            int(self.eb_iters),
+            bool(self.estimate_Sigma),
+            bool(self.estimate_sigma2),
+            _SIGMA2_DF[self.sigma2_df],
         )
 
     @property
@@ -328,8 +360,14 @@ def estimate_sigma2(
     *,
     sigma2_prev: float = 1.0,
     sigma2_floor: float = 1e-6,
+    used_df: float | None = None,
 ) -> float:
-    """Pooled residual variance of the rows given posterior means ``mean`` (N, d)."""
+    """Pooled residual variance of the rows given posterior means ``mean`` (N, d).
+
+    The residual sum of squares is divided by the rows less ``used_df``, the degrees of
+    freedom the means took (the trace of their hat matrix, ``kernels.hat_trace``); ``None``
+    is the paper's d + 1 (``EBOptions.sigma2_df``).
+    """
     G, b = _stats_arrays(G, b)
     q, n = _check_counts(q, n, b.shape[0])
     mean = np.ascontiguousarray(mean, dtype=float)
@@ -339,7 +377,8 @@ def estimate_sigma2(
         raise ValueError("mean must be finite")
     sigma2_prev = check_scalar(sigma2_prev, "sigma2_prev", low=0.0, low_inclusive=False)
     sigma2_floor = check_scalar(sigma2_floor, "sigma2_floor", low=0.0, low_inclusive=False)
-    return float(K.estimate_sigma2(G, b, q, n, mean, float(sigma2_prev), float(sigma2_floor)))
+    used = -1.0 if used_df is None else check_scalar(used_df, "used_df", low=0.0)
+    return float(K.estimate_sigma2(G, b, q, n, mean, float(sigma2_prev), float(sigma2_floor), used))
 
 
 def empirical_bayes(
@@ -394,12 +433,9 @@ def empirical_bayes(
         h0,
         sigma2_init,
         Sigma_prev,
-        *options._kernel,
+        *options.reestimate_args[:9],
         U,
-        float(options.sigma2_floor),
-        int(options.eb_iters),
-        bool(options.estimate_Sigma),
-        bool(options.estimate_sigma2),
+        *options.reestimate_args[9:],
         Sigma,
         Ct,
         A,

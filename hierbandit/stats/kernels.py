@@ -1015,23 +1015,68 @@ def posterior_means(Ct, A, b, beta0, mean):
 
 
 @njit(**_JIT)
-def estimate_sigma2(G, b, q, n_obs, mean, sigma2_prev, sigma2_floor):
+def estimate_sigma2(G, b, q, n_obs, mean, sigma2_prev, sigma2_floor, used_df=-1.0):
     """Pooled residual variance of the ebm paper (§4.3) with the guards of docs/maths/ebm.md §7.1.
 
-    Σ_j RSS_j / max(Σ_j T_j − d − 1, 1); the previous value is kept until Σ_j T_j ≥ d + 2, and
-    when the value is beyond ``SIGMA2_MAX`` (or overflowed).
+    ``used_df < 0`` (the paper): Σ_j RSS_j / max(Σ_j T_j − d − 1, 1), the previous value kept
+    until Σ_j T_j ≥ d + 2. ``used_df ≥ 0``: Σ_j RSS_j / (Σ_j T_j − used_df), the previous value
+    kept while that leaves less than one degree of freedom (``used_df`` is the trace of the
+    fit's hat matrix, :func:`hat_trace`). The previous value is also kept when the value is
+    beyond ``SIGMA2_MAX`` (or overflowed).
     """
     d = b.shape[1]
     total_n = 0
     for j in range(n_obs.shape[0]):
         total_n += n_obs[j]
-    if total_n < d + 2:
-        return sigma2_prev
+    if used_df < 0.0:
+        if total_n < d + 2:
+            return sigma2_prev
+        dof = float(max(total_n - d - 1, 1))
+    else:
+        dof = total_n - used_df
+        if not dof >= 1.0:
+            return sigma2_prev
     rss = residual_sum_of_squares(G, b, q, mean)
-    val = rss / max(total_n - d - 1, 1)
+    val = rss / dof
     if not val <= SIGMA2_MAX:  # overflow (huge rewards against tiny contexts): not estimable
         return sigma2_prev
     return max(val, sigma2_floor)
+
+
+@njit(**_JIT)
+def hat_trace(G, Ct, A, Phi, sigma2):
+    """Trace of the hat matrix of one arm's posterior means (their degrees of freedom).
+
+    The fitted rows of instance j are X_jβ̂_j with β̂_j = C̃_j b_j + A_jβ̂₀ and
+    β̂₀ = Φ(h₀ + Σ_l A_lᵀb_l/σ²), so ∂ŷ_j/∂y_j = X_jC̃_jX_jᵀ + X_jA_jΦA_jᵀX_jᵀ/σ² and the trace
+    is Σ_j tr(C̃_jG_j) + tr(Φ Σ_j A_jᵀG_jA_j)/σ² (docs/decisions/ebm.md A9). Between 0 and
+    the number of rows; with σ² → 0 it tends to Σ_j rank(G_j) plus the shared mean's share.
+    """
+    N, d = G.shape[0], G.shape[2]
+    tr = 0.0
+    Q = np.zeros((d, d))
+    GA = np.empty((d, d))
+    for j in range(N):
+        for i in range(d):
+            for k in range(d):
+                tr += Ct[j, i, k] * G[j, k, i]
+        for i in range(d):
+            for k in range(d):
+                t = 0.0
+                for m in range(d):
+                    t += G[j, i, m] * A[j, m, k]
+                GA[i, k] = t
+        for i in range(d):
+            for k in range(d):
+                t = 0.0
+                for m in range(d):
+                    t += A[j, m, i] * GA[m, k]
+                Q[i, k] += t
+    s = 0.0
+    for i in range(d):
+        for k in range(d):
+            s += Phi[i, k] * Q[k, i]
+    return tr + s / sigma2
 
 
 @njit(**_JIT)
@@ -1058,6 +1103,7 @@ def reestimate_arm(
     eb_iters,
     estimate_sigma,
     estimate_noise,
+    sigma2_df,
     Sigma_out,
     Ct,
     A,
@@ -1069,7 +1115,9 @@ def reestimate_arm(
     """One empirical-Bayes step for one arm (docs/maths/ebm.md §7.4).
 
     Σ̂, then σ̂² from the posterior means under (Σ̂, previous σ̂²), then the posterior under
-    (Σ̂, σ̂²). Returns (σ̂², γ, n_eff, ok).
+    (Σ̂, σ̂²). ``sigma2_df``: 0 divides the residuals by the rows less the fit's degrees of
+    freedom (:func:`hat_trace`), 1 by the rows less d + 1 (the paper). Returns
+    (σ̂², γ, n_eff, ok).
     """
     N, d = b.shape
     gamma = np.nan
@@ -1101,7 +1149,8 @@ def reestimate_arm(
         for _ in range(eb_iters):
             ok &= arm_posterior(G, b, Sigma_out, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
             posterior_means(Ct, A, b, beta0, mean)
-            sigma2 = estimate_sigma2(G, b, q, n_obs, mean, sigma2, sigma2_floor)
+            used = hat_trace(G, Ct, A, Phi, sigma2) if sigma2_df == 0 else -1.0
+            sigma2 = estimate_sigma2(G, b, q, n_obs, mean, sigma2, sigma2_floor, used)
     ok &= arm_posterior(G, b, Sigma_out, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
     return sigma2, gamma, n_eff, ok
 

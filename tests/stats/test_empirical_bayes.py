@@ -24,6 +24,7 @@ from hierbandit.stats import (
     scatter_covariance,
     threshold_covariance,
 )
+from hierbandit.stats import kernels as K
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -622,10 +623,12 @@ def test_empirical_bayes_posterior_is_posterior_given_hyper():
 
 
 def test_empirical_bayes_is_the_spec_sweep():
-    """§3.5: Σ̂ first; σ̂² from the posterior means under (Σ̂, σ²_init); posterior under both."""
+    """§3.5: Σ̂ first; σ̂² from the posterior means under (Σ̂, σ²_init); posterior under both
+    (the paper's divisor; the default's is tested in test_sigma2_df.py)."""
     G, b, q, n = _eb_problem()
     lam, s2_init = 0.5, 1.3
-    res = empirical_bayes(G, b, q, n, lam, sigma2_init=s2_init, rng=21)
+    opts = EBOptions(sigma2_df="paper")
+    res = empirical_bayes(G, b, q, n, lam, options=opts, sigma2_init=s2_init, rng=21)
     Sigma, gamma, n_eff = estimate_Sigma(G, b, sigma2=s2_init, rng=21)
     np.testing.assert_array_equal(res.Sigma, Sigma)
     assert res.gamma == gamma
@@ -648,8 +651,9 @@ def test_empirical_bayes_eb_iters_converge():
     Sigma = empirical_bayes(G, b, q, n, lam, sigma2_init=s2, rng=4).Sigma
     s = s2
     for k in range(1, 9):
-        mean = posterior_given_hyper(G, b, Sigma, s, lam).mean
-        s = estimate_sigma2(G, b, q, n, mean, sigma2_prev=s)
+        post = posterior_given_hyper(G, b, Sigma, s, lam)
+        used = K.hat_trace(G, post.Ctilde, post.A, post.shared_cov, s)
+        s = estimate_sigma2(G, b, q, n, post.mean, sigma2_prev=s, used_df=used)
         assert vals[k] == pytest.approx(s, rel=1e-10)
     steps = np.abs(np.diff(vals))
     assert np.all(steps[1:] < steps[:-1]), steps
