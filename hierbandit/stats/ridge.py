@@ -53,7 +53,8 @@ __all__ = ["OLS_RANK_TOL", "SM_LIMIT", "OLSStats", "RidgeStats", "ols_solve"]
 
 _JIT = {"cache": True, "nogil": True}
 
-#: a Cholesky pivot of G below ``OLS_RANK_TOL * trace(G)`` marks G as not numerically full rank
+#: 1/tr(G⁻¹) at or below ``OLS_RANK_TOL * trace(G)`` marks G as not numerically full rank
+#: (:func:`~hierbandit.stats.linalg.full_rank_cholesky`)
 OLS_RANK_TOL = 1e-10
 
 
@@ -244,8 +245,8 @@ def ols_solve(G: Any, b: Any, n: Any, ridge: float = 1e-6) -> tuple[np.ndarray, 
     n : array_like of int, shape (n_units,)
         Row counts.
     ridge : float, default 1e-6
-        Ridge added to G while it is not numerically full rank (fewer than d rows, or a Cholesky
-        pivot below ``OLS_RANK_TOL · trace(G)``).
+        Ridge added to G while it is not numerically full rank (fewer than d rows, or
+        1/tr(G⁻¹) at or below ``OLS_RANK_TOL · trace(G)``).
 
     Returns
     -------
