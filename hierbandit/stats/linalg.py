@@ -280,7 +280,7 @@ def full_rank_cholesky_into(G, rank_tol, L, M):
     if not cholesky_lower(M, L):
         return False
     bound = rank_tol * tr
-    for i in range(d):  # noqa: SIM110 - numba compiles loops, not generator expressions
+    for i in range(d):
         # a squared pivot is ≥ λ_min ≥ 1/tr(G⁻¹): a small pivot fails the trace test too
         if L[i, i] * L[i, i] <= bound:
             return False
