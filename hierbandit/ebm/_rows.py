@@ -7,13 +7,12 @@ first time (:func:`register_instance`). ``EbmPolicy.update_batch`` and the whole
 Python ``_update`` (the reference the tests compare against) change the state identically.
 
 When the hyperparameters are due (:func:`reestimate_due`) the row runs the empirical-Bayes step
-inside the kernel, drawing the cross-validation uniforms from the policy's own generator
+inside the kernel, which draws the cross-validation uniforms from the policy's own generator
 (numba's ``Generator`` methods share its state and reproduce NumPy's draws).
 """
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from hierbandit.stats import kernels as K
@@ -103,7 +102,7 @@ def update_row(
                 G[k, j, i, m] += x[i] * x[m]
         for i in range(d):
             b[k, j, i] += x[i] * y
-        U = cv_rng.random((cv_splits, n)) if need_u else np.empty((0, 1))
+        splits = cv_splits if need_u else 0
         Sprev = Sigma[k].copy()
         s2, g, ne, _ok = K.reestimate_arm(
             G[k, :n],
@@ -123,7 +122,8 @@ def update_row(
             eb[6],
             eb[7],
             eb[8],
-            U,
+            cv_rng,
+            splits,
             eb[9],
             eb[10],
             eb[11],

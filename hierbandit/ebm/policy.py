@@ -305,11 +305,6 @@ class EbmPolicy(Policy):
 
     def _reestimate_arm(self, k: int) -> None:
         """Empirical-Bayes step of docs/maths/ebm.md §7.4 for arm k: Σ̂, σ̂², posterior."""
-        U = (
-            self._cv_rng.random((self.eb_options.cv_splits, self.n_instances))
-            if (self._need_uniforms)
-            else _NO_UNIFORMS
-        )
         n = self.n_instances
         sigma2, gamma, n_eff, _ = K.reestimate_arm(
             self.G[k, :n],
@@ -321,7 +316,8 @@ class EbmPolicy(Policy):
             self.sigma2[k],
             self.Sigma[k].copy(),
             *self._eb_args[:9],
-            U,
+            self._cv_rng,
+            int(self.eb_options.cv_splits) if self._need_uniforms else 0,
             *self._eb_args[9:],
             self.Sigma[k],
             self._Ct[k, :n],
@@ -444,7 +440,8 @@ class EbmPolicy(Policy):
 
     @property
     def _eb_args(self) -> tuple:
-        """The options of :func:`kernels.reestimate_arm` (uniforms go after the ninth)."""
+        """The options of :func:`kernels.reestimate_arm` (the CV generator and splits go after
+        the ninth)."""
         return self.eb_options.reestimate_args
 
     @property
@@ -631,8 +628,6 @@ class EbmPolicy(Policy):
             a=self.a,
         )
 
-
-_NO_UNIFORMS = np.empty((0, 1))
 
 #: the arrays with an instance axis (the axis), which grow as instances arrive
 _INSTANCE_AXIS = {"G": 1, "b": 1, "q": 1, "n_obs": 1, "_Ct": 1, "_A": 1, "arrivals": 0}

@@ -159,7 +159,7 @@ class EBOptions:
     @property
     def reestimate_args(self) -> tuple:
         """The options of :func:`kernels.reestimate_arm` in its order, as Python scalars (the
-        CV uniforms go between the ninth and the tenth)."""
+        CV generator and :attr:`splits_drawn` go between the ninth and the tenth)."""
         return (
             *self._kernel,
             float(self.sigma2_floor),
@@ -182,11 +182,10 @@ class EBOptions:
         out.pop("_kernel", None)
         return out
 
-    def draw_uniforms(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Uniforms defining the random splits of the cross-validation (none if not needed)."""
-        if self.threshold != "cv" or not self.estimate_Sigma:
-            return np.empty((0, max(n, 1)))
-        return rng.random((self.cv_splits, n))
+    @property
+    def splits_drawn(self) -> int:
+        """Random splits the cross-validation draws (0 when it does not run)."""
+        return int(self.cv_splits) if self.threshold == "cv" and self.estimate_Sigma else 0
 
 
 class EBResult(NamedTuple):
@@ -350,8 +349,16 @@ def estimate_Sigma(
     d = b.shape[1]
     Sigma_prev = np.eye(d) if Sigma_init is None else check_covariance(Sigma_init, d, "Sigma_init")
     out = np.empty((d, d))
-    U = options.draw_uniforms(as_generator(rng), b.shape[0])
-    gamma, n_eff = K.estimate_Sigma(G, b, float(sigma2), *options._kernel, U, Sigma_prev, out)
+    gamma, n_eff = K.estimate_Sigma(
+        G,
+        b,
+        float(sigma2),
+        *options._kernel,
+        as_generator(rng),
+        options.splits_drawn,
+        Sigma_prev,
+        out,
+    )
     return out, float(gamma), int(n_eff)
 
 
@@ -419,7 +426,6 @@ def empirical_bayes(
     lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
     sigma2_init = check_scalar(sigma2_init, "sigma2_init", low=0.0, low_inclusive=False)
     Sigma_prev = np.eye(d) if Sigma_init is None else check_covariance(Sigma_init, d, "Sigma_init")
-    U = options.draw_uniforms(as_generator(rng), N)
     Sigma = np.empty((d, d))
     Ct = np.empty((N, d, d))
     A = np.empty((N, d, d))
@@ -438,7 +444,8 @@ def empirical_bayes(
         sigma2_init,
         Sigma_prev,
         *options.reestimate_args[:9],
-        U,
+        as_generator(rng),
+        options.splits_drawn,
         *options.reestimate_args[9:],
         Sigma,
         Ct,

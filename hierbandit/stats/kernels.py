@@ -344,10 +344,45 @@ def arm_posterior(G, b, Sigma, sigma2, P0, h0, Ct, A, P, r, Phi, beta0):
         r[i] = h0[i]
         for k in range(d):
             P[i, k] = P0[i, k]
+    # instances without data (G_j = 0, hence b_j = 0) share one pair of blocks and add nothing
+    # to P and r: computed once, copied (bit for bit what computing each would give)
+    empty = np.zeros((3, d, d))
+    have_empty = False
     for j in range(N):
+        if _is_zero(G[j]):
+            if not have_empty:
+                _ct_a(
+                    empty[0],
+                    Sigma,
+                    sigma2,
+                    triangular,
+                    Lr,
+                    Linv,
+                    empty[1],
+                    empty[2],
+                    Minv,
+                    M,
+                    K,
+                    R,
+                    W,
+                )
+                have_empty = True
+            Ct[j] = empty[1]
+            A[j] = empty[2]
+            continue
         _ct_a(G[j], Sigma, sigma2, triangular, Lr, Linv, Ct[j], A[j], Minv, M, K, R, W)
         _add_terms(Minv, G[j], b[j], P, r)
     return _shared_solve(P, P0, Phi, r, beta0, R, W)
+
+
+@njit(**_JIT)
+def _is_zero(Gj):
+    """Every entry of a (d, d) block is 0."""
+    for i in range(Gj.shape[0]):
+        for k in range(Gj.shape[1]):
+            if Gj[i, k] != 0.0:
+                return False
+    return True
 
 
 @njit(**_JIT)
@@ -913,7 +948,8 @@ def estimate_Sigma(
     eig_floor,
     min_instances,
     debias,
-    uniforms,
+    cv_rng,
+    cv_splits,
     Sigma_prev,
     Sigma_out,
 ):
@@ -921,7 +957,9 @@ def estimate_Sigma(
 
     See docs/maths/ebm.md §7.2–7.3.
 
-    ``threshold_mode``: 0 = cross-validated, 1 = fixed ``gamma_fixed``, 2 = none.
+    ``threshold_mode``: 0 = cross-validated, 1 = fixed ``gamma_fixed``, 2 = none. The
+    cross-validation draws its ``cv_splits`` × n_eff uniforms from ``cv_rng`` (one per split
+    and instance used), and only when it runs.
     Returns (gamma, n_eff); when fewer than ``min_instances`` instances have full-rank data,
     or when the scatter has an entry beyond ``SIGMA_MAX`` in magnitude (or not finite),
     ``Sigma_prev`` is copied to ``Sigma_out`` and gamma is NaN.
@@ -959,6 +997,7 @@ def estimate_Sigma(
         # the threshold is cross-validated on the plain covariance of the OLS vectors
         grid = threshold_grid(S, threshold_diagonal)
         risk = np.empty(grid.shape[0])
+        uniforms = cv_rng.random((cv_splits, n_eff))
         gamma = grid[bickel_levina_cv(Be, normalization, threshold_diagonal, uniforms, grid, risk)]
     if debias:
         # subtract σ̂² · mean_j G_j⁻¹ (method-of-moments correction of the OLS sampling noise)
@@ -1098,7 +1137,8 @@ def reestimate_arm(
     eig_floor,
     min_instances,
     debias,
-    uniforms,
+    cv_rng,
+    cv_splits,
     sigma2_floor,
     eb_iters,
     estimate_sigma,
@@ -1136,7 +1176,8 @@ def reestimate_arm(
             eig_floor,
             min_instances,
             debias,
-            uniforms,
+            cv_rng,
+            cv_splits,
             Sigma_prev,
             Sigma_out,
         )
