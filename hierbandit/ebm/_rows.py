@@ -13,6 +13,7 @@ inside the kernel, which draws the cross-validation uniforms from the policy's o
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from hierbandit.stats import kernels as K
@@ -87,9 +88,11 @@ def update_row(
     cv_splits,
     eb,
     cv_rng,
+    scratch,
 ):
     """One row of ``EbmPolicy._update`` (the caller increments t). ``n``: instances in state
-    (the arrays may hold more rows, unused)."""
+    (the arrays may hold more rows, unused); ``scratch``: (5, d) work space of the rank-one
+    step, allocated once by the caller."""
     d = x.shape[0]
     arrivals[j] += 1
     pulls[k] += 1
@@ -143,22 +146,24 @@ def update_row(
         rank_one_count[k] = 0
         since[k] = 0
     else:
-        # O(d²), or O(d³) where the rank-one step is ill-conditioned: never O(n)
-        K.observe_row(
-            x,
-            y,
-            G[k, j],
-            b[k, j],
-            Ct[k, j],
-            A[k, j],
-            P[k],
-            r[k],
-            Phi[k],
-            beta0[k],
-            Sigma[k],
-            sigma2[k],
-            P0[k],
-        )
+        # K.observe_row written out: the O(d²) step in place, or, where it is ill-conditioned,
+        # the O(d³) refresh of the instance; never O(n)
+        if not K.sherman_morrison_at(x, y, G, b, Ct, A, P, r, Phi, beta0, sigma2[k], k, j, scratch):
+            K.refresh_instance(
+                x,
+                y,
+                G[k, j],
+                b[k, j],
+                Ct[k, j],
+                A[k, j],
+                P[k],
+                r[k],
+                Phi[k],
+                beta0[k],
+                Sigma[k],
+                sigma2[k],
+                P0[k],
+            )
         rank_one_count[k] += 1
         # the periodic recomputation bounds the rounding the incremental steps accumulate
         if recompute_due(rank_one_count[k], recompute_every, budget, n):
@@ -221,6 +226,7 @@ def apply_rows(
     The arrays must have room for every instance the rows name (the caller grows them).
     """
     n = n0
+    scratch = np.empty((5, X.shape[1]))
     for i in range(J.shape[0]):
         j = J[i]
         if j == n:
@@ -260,5 +266,6 @@ def apply_rows(
             cv_splits,
             eb,
             cv_rng,
+            scratch,
         )
     return n

@@ -150,6 +150,7 @@ def _ebm_run(
     T = inst.shape[0]
     Kn, N = b.shape[0], b.shape[1]
     s = np.empty(Kn)
+    scratch = np.empty((5, X.shape[1]))
     t = t0
     for step in range(T):
         j = inst[step]
@@ -211,6 +212,7 @@ def _ebm_run(
             cv_splits,
             eb,
             cv_rng,
+            scratch,
         )
     return t
 

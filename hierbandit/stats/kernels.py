@@ -574,41 +574,41 @@ def _add_row(x, y, Gj, bj):
 
 
 @njit(**_JIT)
-def _sherman_morrison(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
-    """Rank-one update of instance j of an arm, hyperparameters held fixed.
+def sherman_morrison_at(x, y, G, b, Ct, A, P, r, Phi, beta0, sigma2, k, j, buf):
+    """Rank-one update of (arm k, instance j), hyperparameters held fixed, read and written in
+    place in the (K, N, ...) statistics and blocks and the (K, ...) shared arrays (slicing views
+    per row cost more than the algebra); ``sigma2`` is arm k's σ², ``buf`` a (5, d) scratch
+    (an allocation per row cost as much as the step).
 
     Sherman–Morrison on C̃_j and A_j, a rank-one increment of P = Φ⁻¹ (Lemma D.3 of the ebm
     paper, in the corrected form (I + vvᵀ)⁻¹ = I − vvᵀ/(1 + vᵀv)), Sherman–Morrison on Φ, and the
-    change of instance j's term in r. Updates ``Gj``/``bj`` too. O(d²).
+    change of instance j's term in r. Updates G and b too. O(d²).
 
     Both Sherman–Morrison steps subtract a rank-one term that cancels all but a fraction 1/s of
     the matrix along the update (s = 1 + xᵀC̃_jx, resp. the denominator of the Φ step). When
     either s is above ``EBM_SM_LIMIT`` (or not ≥ 1/2) nothing is changed and False is returned.
     """
     d = x.shape[0]
-    cx = np.empty(d)
-    ax = np.empty(d)
+    cx, ax, u, Pu, old_r = buf[0], buf[1], buf[2], buf[3], buf[4]
     s = 1.0
     for i in range(d):
         c = 0.0
         a = 0.0
         for m in range(d):
-            c += Ctj[i, m] * x[m]
-            a += Aj[m, i] * x[m]
+            c += Ct[k, j, i, m] * x[m]
+            a += A[k, j, m, i] * x[m]
         cx[i] = c
         ax[i] = a
     for i in range(d):
         s += x[i] * cx[i]
     # u = Aᵀx / σ² (with the pre-update A), the Φ step's vector and denominator
-    u = np.empty(d)
     for i in range(d):
         u[i] = ax[i] / sigma2
-    Pu = np.empty(d)
     uPu = 0.0
     for i in range(d):
         t = 0.0
         for m in range(d):
-            t += Phi[i, m] * u[m]
+            t += Phi[k, i, m] * u[m]
         Pu[i] = t
         uPu += u[i] * t
     good = 0.5 <= s <= EBM_SM_LIMIT
@@ -619,45 +619,67 @@ def _sherman_morrison(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
     if not good:
         return False
     # old contribution of instance j to r: A_jᵀ b_j / σ²
-    old_r = np.empty(d)
     for i in range(d):
         t = 0.0
         for m in range(d):
-            t += Aj[m, i] * bj[m]
+            t += A[k, j, m, i] * b[k, j, m]
         old_r[i] = t / sigma2
     # sufficient statistics
     for i in range(d):
-        bj[i] += x[i] * y
+        b[k, j, i] += x[i] * y
         for m in range(d):
-            Gj[i, m] += x[i] * x[m]
+            G[k, j, i, m] += x[i] * x[m]
     # C̃ ← C̃ − c̃x c̃xᵀ / s (one triangle, mirrored) ;  A ← A − c̃x (Aᵀx)ᵀ / s
     for i in range(d):
         for m in range(d):
             if m >= i:
-                v = Ctj[i, m] - cx[i] * cx[m] / s
-                Ctj[i, m] = v
-                Ctj[m, i] = v
-            Aj[i, m] -= cx[i] * ax[m] / s
+                v = Ct[k, j, i, m] - cx[i] * cx[m] / s
+                Ct[k, j, i, m] = v
+                Ct[k, j, m, i] = v
+            A[k, j, i, m] -= cx[i] * ax[m] / s
     # P += (σ²/s) u uᵀ ; Φ by Sherman–Morrison (one triangle, mirrored)
     for i in range(d):
         for m in range(d):
-            P[i, m] += c * u[i] * u[m]
+            P[k, i, m] += c * u[i] * u[m]
     for i in range(d):
         for m in range(i, d):
-            v = Phi[i, m] - c * Pu[i] * Pu[m] / den
-            Phi[i, m] = v
-            Phi[m, i] = v
+            v = Phi[k, i, m] - c * Pu[i] * Pu[m] / den
+            Phi[k, i, m] = v
+            Phi[k, m, i] = v
     for i in range(d):
         t = 0.0
         for m in range(d):
-            t += Aj[m, i] * bj[m]
-        r[i] += t / sigma2 - old_r[i]
+            t += A[k, j, m, i] * b[k, j, m]
+        r[k, i] += t / sigma2 - old_r[i]
     for i in range(d):
         t = 0.0
         for m in range(d):
-            t += Phi[i, m] * r[m]
-        beta0[i] = t
+            t += Phi[k, i, m] * r[k, m]
+        beta0[k, i] = t
     return True
+
+
+@njit(**_JIT)
+def _sherman_morrison(x, y, Gj, bj, Ctj, Aj, P, r, Phi, beta0, sigma2):
+    """:func:`sherman_morrison_at` on one instance's blocks and one arm's shared arrays
+    (contiguous arrays, viewed as a one-arm, one-instance state)."""
+    d = x.shape[0]
+    return sherman_morrison_at(
+        x,
+        y,
+        Gj.reshape((1, 1, d, d)),
+        bj.reshape((1, 1, d)),
+        Ctj.reshape((1, 1, d, d)),
+        Aj.reshape((1, 1, d, d)),
+        P.reshape((1, d, d)),
+        r.reshape((1, d)),
+        Phi.reshape((1, d, d)),
+        beta0.reshape((1, d)),
+        sigma2,
+        0,
+        0,
+        np.empty((5, d)),
+    )
 
 
 @njit(**_JIT)
