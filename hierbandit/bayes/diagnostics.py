@@ -3,7 +3,9 @@
 :func:`diagnose` reads the :class:`xarray.DataTree` of a run (ArviZ's layout: a ``posterior``
 group and, from NUTS, ``sample_stats``) or anything holding one as ``.idata`` (a prior, a
 comparison), computes ArviZ's summary (R-hat, bulk and tail ESS, MCSE) and the number of divergent
-transitions, and names every parameter that is past a threshold.
+transitions, and finds every parameter past a threshold, with an R-hat or ESS that cannot be
+computed, or with a chain that never moved (zero variance: a stuck sampler). The problems are
+reported one line per variable; :attr:`Diagnostics.failures` lists every failing scalar.
 
 Parameters are labelled by their coordinate values, e.g. ``Sigma[Action, time, weekend]``. A
 symmetric matrix (two dimensions ``d`` and ``d_`` with the same coordinates, such as Σ's
@@ -48,6 +50,12 @@ class _Labeller(az.labels.BaseLabeller):
 
 def _as_tree(obj: Any) -> xr.DataTree:
     tree = obj if isinstance(obj, xr.DataTree) else getattr(obj, "idata", None)
+    if tree is None and _is_prior(obj):
+        method = getattr(obj, "method", "unknown")
+        raise ValueError(
+            f"this prior has no MCMC draws to diagnose: it was fitted with method={method!r}, and "
+            "only full-Bayes priors (fitted with method='mcmc') have draws to diagnose"
+        )
     if not isinstance(tree, xr.DataTree):
         raise TypeError(
             "obj must be an xarray.DataTree (an MCMC run in ArviZ's layout) or have an .idata "
@@ -56,6 +64,13 @@ def _as_tree(obj: Any) -> xr.DataTree:
     if "posterior" not in tree.children:
         raise ValueError("obj has no posterior group to diagnose")
     return tree
+
+
+def _is_prior(obj: Any) -> bool:
+    """Whether ``obj`` is a fitted prior of the package (a point estimate has ``idata=None``)."""
+    from hierbandit.bayes._artifact import PriorArtifact
+
+    return isinstance(obj, PriorArtifact)
 
 
 def _count_divergences(tree: xr.DataTree) -> int:
@@ -175,8 +190,12 @@ class Diagnostics:
     divergences : int
         Number of divergent transitions after tuning (0 when the run records none).
     problems : list of str
-        One line per threshold crossed, e.g. ``"Sigma[Action, time, intercept]: r_hat 1.03 >
-        1.01"``.
+        One line per variable with failing entries: how many of its entries fail which check,
+        with the worst value and where, e.g. ``"Sigma: 3 of 12 entries fail: r_hat > 1.01 in 3
+        (worst 1.034 at Sigma[Action, time, intercept]); ess_bulk < 400 in 1 (worst 322 at
+        Sigma[Action, time, time])"``, and ``"divergences: 3 > 0"``. The checks are ``stuck``
+        (a chain with zero variance), ``r_hat`` (above ``rhat_max``, or not computable),
+        ``ess_bulk`` and ``ess_tail`` (below ``ess_min``, or not computable).
     rhat_max, ess_min : float
         The thresholds used.
     n_chains, n_draws : int
@@ -187,6 +206,11 @@ class Diagnostics:
         Display names of coordinate values (:func:`diagnose`).
     idata : xarray.DataTree
         The run (used by the plotting methods).
+    failures : pandas.DataFrame
+        Every failing scalar, one row per parameter and check: ``variable``, ``parameter`` (its
+        label in :attr:`summary`), ``check`` (``"stuck"``, ``"r_hat"``, ``"ess_bulk"``,
+        ``"ess_tail"``), ``value`` (NaN when not computable; for ``stuck`` the number of
+        chains with zero variance) and ``threshold``.
     """
 
     summary: pd.DataFrame
@@ -199,6 +223,9 @@ class Diagnostics:
     var_names: list[str] | None = None
     names: dict[str, list[str]] | None = None
     idata: xr.DataTree | None = field(default=None, repr=False)
+    failures: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame({c: [] for c in _FAILURE_COLUMNS}), repr=False
+    )
 
     @property
     def ok(self) -> bool:
@@ -410,23 +437,151 @@ def _ess_tail(view: xr.Dataset) -> pd.Series:
     return frame.T["ess_tail"]
 
 
-def _summary(view: xr.Dataset) -> pd.DataFrame:
-    """:func:`arviz.summary` with the tail ESS of :func:`_ess_tail`, one variable at a time.
+def _per_entry(values: xr.Dataset, column: str) -> pd.Series:
+    """Per-entry values (a Dataset without the sample dimensions) as a Series whose index is the
+    label ArviZ's summary gives each entry."""
+    frame = az.dataset_to_dataframe(values.expand_dims(summary=[column]), sample_dims=["summary"])
+    return frame.T[column]
+
+
+def _summary(view: xr.Dataset) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`arviz.summary` with the tail ESS of :func:`_ess_tail`, one variable at a time, and
+    per row its ``variable``, how many chains are ``stuck`` (zero variance within the chain) and
+    which (``stuck_mask``: the sum of 2**c over the stuck chains c).
 
     With ArviZ 1 (arviz-stats 1.3) a summary of variables whose dimensions differ (``beta0``
     (arm, feature) beside ``beta`` (arm, instance, feature)) pairs some row labels with another
     parameter's values; each variable's own summary is labelled right
     (``tests/bayes/test_diagnostics.py`` keeps the case).
     """
-    parts = []
+    parts, extras = [], []
+    weight = xr.DataArray(2.0 ** np.arange(view.sizes.get("chain", 1)), dims="chain")
     for name in view.data_vars:
         one = view[[name]]
         part = az.summary(one, ci_kind="hdi", ci_prob=_HDI_PROB, round_to="none")
         part["ess_tail"] = _ess_tail(one).reindex(part.index)
         parts.append(part)
+        flat = one.max("draw") == one.min("draw")  # (chain, ...): the chain never moved
+        extras.append(
+            pd.DataFrame(
+                {
+                    "variable": str(name),
+                    "stuck": _per_entry(flat.sum("chain"), "stuck").reindex(part.index),
+                    "stuck_mask": _per_entry((flat * weight).sum("chain"), "mask").reindex(
+                        part.index
+                    ),
+                },
+                index=part.index,
+            )
+        )
     if not parts:
-        return az.summary(view, ci_kind="hdi", ci_prob=_HDI_PROB, round_to="none")
-    return pd.concat(parts)
+        summary = az.summary(view, ci_kind="hdi", ci_prob=_HDI_PROB, round_to="none")
+        return summary, pd.DataFrame(
+            {"variable": [], "stuck": [], "stuck_mask": []}, index=summary.index
+        )
+    return pd.concat(parts), pd.concat(extras)
+
+
+#: columns of :attr:`Diagnostics.failures`
+_FAILURE_COLUMNS = ["variable", "parameter", "check", "value", "threshold"]
+#: the checks, in the order a problem line names them
+_CHECKS = ("stuck", "r_hat", "ess_bulk", "ess_tail")
+
+
+def _failures(
+    summary: pd.DataFrame, extra: pd.DataFrame, rhat_max: float, ess_min: float
+) -> pd.DataFrame:
+    """One row per failing scalar and check: an R-hat above ``rhat_max`` or not computable
+    (NaN), a bulk or tail ESS below ``ess_min`` or not computable, a chain with zero variance
+    (``stuck``, the value being the number of such chains)."""
+    labels = summary.index.to_numpy()
+    owner = extra["variable"].to_numpy()
+    frames = []
+    for check in _CHECKS:
+        if check == "stuck":
+            value = extra["stuck"].to_numpy(dtype=float)
+            bad, threshold = value > 0, 0.0
+        elif check not in summary.columns:
+            continue
+        else:
+            value = summary[check].to_numpy(dtype=float)
+            if check == "r_hat":
+                bad, threshold = ~(value <= rhat_max), rhat_max  # NaN fails too
+            else:
+                bad, threshold = ~(value >= ess_min), ess_min
+        frames.append(
+            pd.DataFrame(
+                {
+                    "variable": owner[bad],
+                    "parameter": labels[bad],
+                    "check": check,
+                    "value": value[bad],
+                    "threshold": threshold,
+                    "_row": np.flatnonzero(bad),
+                    "_check": _CHECKS.index(check),
+                }
+            )
+        )
+    if not frames:
+        return pd.DataFrame({c: [] for c in _FAILURE_COLUMNS})
+    out = pd.concat(frames, ignore_index=True).sort_values(["_row", "_check"], kind="stable")
+    return out[_FAILURE_COLUMNS].reset_index(drop=True)
+
+
+def _chains_text(mask: float, n_chains: int, chain_labels: list[Any]) -> str:
+    """``"all 4 chains constant"`` or ``"chains 0, 2 of 4 constant"`` from a stuck mask."""
+    bits = int(mask)
+    stuck = [chain_labels[c] for c in range(n_chains) if bits >> c & 1]
+    if len(stuck) == n_chains:
+        return f"all {n_chains} chains constant" if n_chains > 1 else "its one chain constant"
+    which = ", ".join(str(c) for c in stuck)
+    return f"chain{'s' * (len(stuck) > 1)} {which} of {n_chains} constant"
+
+
+def _problem_lines(
+    failures: pd.DataFrame,
+    extra: pd.DataFrame,
+    rhat_max: float,
+    ess_min: float,
+    chain_labels: list[Any],
+) -> list[str]:
+    """One line per variable with failing entries: how many of its entries fail which check,
+    the worst value and where."""
+    lines = []
+    entries = extra.groupby("variable", sort=False).size()
+    for var, fails in failures.groupby("variable", sort=False):
+        n, n_bad = int(entries[var]), fails["parameter"].nunique()
+        head = (
+            f"{var}: {n_bad} of {n} {'entry' if n == 1 else 'entries'} "
+            f"{'fails' if n_bad == 1 else 'fail'}"
+        )
+        parts = []
+        for check in _CHECKS:
+            one = fails[fails["check"] == check]
+            if one.empty:
+                continue
+            value = one["value"].to_numpy(dtype=float)
+            if check == "stuck":
+                at = one.iloc[int(np.argmax(value))]["parameter"]
+                mask = extra.loc[at, "stuck_mask"]
+                chains = _chains_text(mask, len(chain_labels), chain_labels)
+                parts.append(f"stuck in {len(one)} (worst: {chains} at {at})")
+                continue
+            nan = np.isnan(value)
+            if (~nan).any():
+                pick = np.flatnonzero(~nan)
+                worst = pick[np.argmax(value[pick]) if check == "r_hat" else np.argmin(value[pick])]
+                shown = _fmt(float(value[worst]), check)
+                rule = f"> {rhat_max:g}" if check == "r_hat" else f"< {ess_min:g}"
+                parts.append(
+                    f"{check} {rule} in {int((~nan).sum())} (worst {shown} at "
+                    f"{one.iloc[worst]['parameter']})"
+                )
+            if nan.any():
+                at = one.iloc[int(np.flatnonzero(nan)[0])]["parameter"]
+                parts.append(f"{check} not computable (nan) in {int(nan.sum())} (at {at})")
+        lines.append(f"{head}: " + "; ".join(parts))
+    return lines
 
 
 def _nan_reduce(summary: pd.DataFrame, col: str, fn: Any) -> float:
@@ -463,7 +618,7 @@ def diagnose(
     ----------
     obj : xarray.DataTree or object with an ``.idata`` attribute
         The run in ArviZ's layout (``posterior`` group; ``sample_stats`` for divergences), or
-        an object holding it, for example a prior or a
+        an object holding it, for example a full-Bayes prior or a
         :class:`~hierbandit.bayes.ClosedFormComparison`.
     var_names : str or list of str, optional
         Variables to diagnose (ArviZ syntax, ``"~z"`` excludes); default every posterior
@@ -483,11 +638,25 @@ def diagnose(
     -------
     Diagnostics
 
+    Raises
+    ------
+    ValueError
+        For a prior without draws (an ``"eb"`` or ``"ml"`` fit): only full-Bayes priors
+        (``method="mcmc"``) have draws to diagnose; or a run without a ``posterior`` group.
+    TypeError
+        For anything that is not a run and holds none.
+
     Notes
     -----
-    A symmetric matrix (Σ) counts each off-diagonal pair once (module docstring). A parameter
-    whose R-hat or ESS is NaN (a constant, or too few draws) is not flagged. Divergent
-    transitions are counted from ``sample_stats.diverging``; any divergence is a problem.
+    A symmetric matrix (Σ) counts each off-diagonal pair once (module docstring). Every entry
+    is checked for: a chain with zero variance (``stuck``: the sampler never moved in it); an
+    R-hat above ``rhat_max`` or not computable (NaN, as for a constant); a bulk or tail ESS
+    below ``ess_min`` or not computable. A quantity constant by construction (say the unit
+    diagonal of a correlation matrix) is reported as stuck too: leave it out with
+    ``var_names=["~name"]``. The problems are one line per variable (how many of its entries
+    fail which check, the worst value and where); :attr:`Diagnostics.failures` lists every
+    failing scalar. Divergent transitions are counted from ``sample_stats.diverging``; any
+    divergence is a problem.
     """
     tree = _as_tree(obj)
     rhat_max = check_scalar(rhat_max, "rhat_max", low=1.0)
@@ -495,23 +664,21 @@ def diagnose(
     var_names = _var_list(var_names)
     names = None if names is None else {str(k): [str(v) for v in vs] for k, vs in names.items()}
     view = _posterior_view(tree, var_names, names)
-    with warnings.catch_warnings():
-        # ArviZ warns about shapes (one chain, few draws); the thresholds report what matters
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+        # ArviZ warns about shapes (one chain, few draws) and divides by a zero variance (a
+        # stuck chain); the checks below report what matters
         warnings.simplefilter("ignore", UserWarning)
-        summary = _summary(view)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        summary, extra = _summary(view)
     post = tree["posterior"]
     n_chains, n_draws = int(post.sizes.get("chain", 1)), int(post.sizes.get("draw", 0))
     divergences = _count_divergences(tree)
 
-    problems: list[str] = []
-    for name, row in summary.iterrows():
-        r = row.get("r_hat", np.nan)
-        if np.isfinite(r) and r > rhat_max:
-            problems.append(f"{name}: r_hat {r:.3f} > {rhat_max:g}")
-        for col in ("ess_bulk", "ess_tail"):
-            e = row.get(col, np.nan)
-            if np.isfinite(e) and e < ess_min:
-                problems.append(f"{name}: {col} {e:.0f} < {ess_min:g}")
+    failures = _failures(summary, extra, rhat_max, ess_min)
+    chain_labels = (
+        view["chain"].to_numpy().tolist() if "chain" in view.coords else list(range(n_chains))
+    )
+    problems = _problem_lines(failures, extra, rhat_max, ess_min, chain_labels)
     if divergences > 0:
         problems.append(f"divergences: {divergences} > 0")
 
@@ -526,13 +693,19 @@ def diagnose(
         var_names=var_names,
         names=names,
         idata=tree,
+        failures=failures,
     )
     if warn and problems:
-        shown = problems[:50]
-        more = f"\n… and {len(problems) - 50} more" if len(problems) > 50 else ""
-        warnings.warn(
-            f"MCMC diagnostics found {len(problems)} problem(s):\n  " + "\n  ".join(shown) + more,
-            UserWarning,
-            stacklevel=2,
-        )
+        _warn_problems(problems, stacklevel=3)
     return diag
+
+
+def _warn_problems(problems: list[str], stacklevel: int = 2) -> None:
+    """One :class:`UserWarning` listing the problems (the first 50)."""
+    shown = problems[:50]
+    more = f"\n… and {len(problems) - 50} more" if len(problems) > 50 else ""
+    warnings.warn(
+        f"MCMC diagnostics found {len(problems)} problem(s):\n  " + "\n  ".join(shown) + more,
+        UserWarning,
+        stacklevel=stacklevel,
+    )
