@@ -7,22 +7,30 @@ empty) and the number of rows of a non-empty cell is 1 + a negative binomial wit
 one row to several dozen: data-poor and data-rich cells side by side); in the *dense* log every
 cell has rows. β_{k0} ~ N(0, I), β_{k,j} ~ N(β_{k0}, Σ_k) with Σ_k = 0.5 I + 0.1, noise sd 1.
 
+The *movielens* layout is the real thing: the package's MovieLens log
+(:func:`hierbandit.data.movielens_log` with ``n_users=N``, the quickstart's log at N = 30),
+where every (user, genre) cell has dozens to hundreds of ratings and the contexts (intercept,
+an uncentred time, weekend) make every coefficient vector's posterior strongly correlated.
+
 For each N it fits the type-II ML prior (``fit_prior(method="ml")``) and runs
 ``compare_closed_form(log, prior)`` with its defaults, and prints the wall time of each phase
-(closed form, model, sampling with compilation, comparison table, diagnostics; from the
-``hierbandit.bayes.conditional`` timing records), the total, the number of parameters compared
-and the verdict, max |z|, min bulk ESS and max R-hat, as one JSON line per run.
+(closed form, model, sampling with compilation, diagnostics, the comparison tables; from
+``settings["timings"]``), the total, the number of parameters and of z-scores compared, the
+tolerance, the verdict, max |z|, the failures and max |z| of each check (marginal,
+cross-covariance, predictive mean and variance), the NUTS step size and mean number of leapfrog
+steps, min bulk ESS and max R-hat, as one JSON line per run, and the machine's load average.
 
-Run: ``.venv/bin/python benchmarks/bench_closed_form.py [--n 30,150,500] [--layout sparse,dense]
-[--seed 0] [--option key=value ...]`` (``--option`` passes further arguments to
-``compare_closed_form``, e.g. ``--option parameterization=noncentered --option
-dense_mass=True``).
+Run: ``.venv/bin/python benchmarks/bench_closed_form.py [--n 30,150,500]
+[--layout sparse,dense,movielens] [--seed 0] [--option key=value ...]`` (``--option`` passes
+further arguments to ``compare_closed_form``, e.g. ``--option parameterization=centered
+--option likelihood=rows`` for the defaults before the whitened model).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -59,12 +67,19 @@ def run(n: int, layout: str, seed: int, options: dict) -> dict:
     from hierbandit.bayes import compare_closed_form, fit_prior
     from hierbandit.data import read_log
 
-    log = read_log(sparse_frame(n, layout=layout, seed=seed))
+    if layout == "movielens":
+        from hierbandit.data import movielens_log
+
+        log = read_log(movielens_log(n_users=n), features=["intercept", "time", "weekend"])
+    else:
+        log = read_log(sparse_frame(n, layout=layout, seed=seed), features=["x0", "x1", "x2"])
     prior = fit_prior(log, method="ml")
     t0 = time.perf_counter()
     cmp = compare_closed_form(log, prior, progressbar=False, warn=False, **options)
     total = time.perf_counter() - t0
     counts = cmp.closed_form["n_rows"].to_numpy()
+    checks = cmp.checks()
+    stats = cmp.idata["sample_stats"]
     return {
         "n": n,
         "layout": layout,
@@ -76,11 +91,22 @@ def run(n: int, layout: str, seed: int, options: dict) -> dict:
         **{f"{k}_s": round(v, 1) for k, v in cmp.settings["timings"].items()},
         "total_s": round(total, 1),
         "n_params": cmp.n_params,
+        "n_z_scores": int(checks["z_scores"].sum()),
+        "tolerance": round(cmp.tolerance, 3),
         "verdict": cmp.verdict,
         "max_abs_z": round(cmp.max_abs_z, 2),
+        "checks": {
+            name: {"failed": int(row["failed"]), "max_abs_z": round(float(row["max_abs_z"]), 2)}
+            for name, row in checks.iterrows()
+        },
+        "step_size": round(float(stats["step_size"].mean()), 3) if "step_size" in stats else None,
+        "mean_leapfrog_steps": round(float(stats["n_steps"].mean()), 1)
+        if "n_steps" in stats
+        else None,
         "min_ess_bulk": round(cmp.diagnostics.min_ess_bulk),
         "max_rhat": round(cmp.diagnostics.max_rhat, 4),
         "divergences": cmp.diagnostics.divergences,
+        "load_average": [round(v, 1) for v in os.getloadavg()],
     }
 
 
