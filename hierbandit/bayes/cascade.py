@@ -42,6 +42,7 @@ from hierbandit._validation import (
 )
 from hierbandit.bayes._artifact import PriorArtifact, provenance_attrs, read_prior_tree
 from hierbandit.bayes.sampler_config import SamplerConfig, resolve_sampler
+from hierbandit.cascade.policies import check_prior_layout
 from hierbandit.data.cascade_log import CascadeLog, read_cascade_log
 from hierbandit.stats.logistic import laplace_approximation, predictive_click_probability
 
@@ -90,18 +91,7 @@ def _prior_arrays(log: CascadeLog, prior: Any) -> tuple[np.ndarray, np.ndarray] 
 
 
 def _check_prior_layout(prior: Any, log: CascadeLog) -> None:
-    want = {"n_features": log.n_features, "n_arms": log.n_arms}
-    got = {k: getattr(prior, k) for k in want if getattr(prior, k, None) is not None}
-    if any(
-        isinstance(v, bool) or not isinstance(v, int | np.integer) or v != want[k]
-        for k, v in got.items()
-    ):
-        raise ValueError(
-            "prior was fitted for "
-            + ", ".join(f"{k}={v!r}" for k, v in got.items())
-            + " but the log has "
-            + ", ".join(f"{k}={want[k]}" for k in got)
-        )
+    check_prior_layout(prior, log.n_features, log.n_arms, "the log")
     names = [str(f) for f in getattr(prior, "features", None) or []]
     default = [f"x{i}" for i in range(len(names))]
     if names and names != default and names != [str(f) for f in log.features]:

@@ -244,6 +244,26 @@ def _rows(X: np.ndarray, arms: np.ndarray, clicks: np.ndarray, K: int) -> tuple:
     return Z, clicks[n_idx, h_idx].astype(float)
 
 
+def check_prior_layout(prior: Any, n_features: int, n_arms: int, holder: str) -> None:
+    """Refuse a prior that records another layout of θ = [θ_x; α] than ``n_features`` context
+    coefficients then ``n_arms`` arm effects (a ``CascadePrior`` records both); ``holder``
+    names what has the expected layout in the message."""
+    want = {"n_features": n_features, "n_arms": n_arms}
+    got = {k: getattr(prior, k) for k in want if getattr(prior, k, None) is not None}
+    if any(
+        isinstance(v, bool) or not isinstance(v, int | np.integer) or v != want[k]
+        for k, v in got.items()
+    ):
+        raise ValueError(
+            "prior was fitted for "
+            + ", ".join(f"{k}={v!r}" for k, v in got.items())
+            + f" but {holder} has "
+            + ", ".join(f"{k}={want[k]}" for k in got)
+            + " (θ = [θ_x; α] holds the n_features context coefficients, then the n_arms "
+            "arm effects)"
+        )
+
+
 def _check_prior(
     prior: Any, n_features: int, n_arms: int
 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
@@ -260,20 +280,7 @@ def _check_prior(
     if isinstance(prior, tuple) and len(prior) == 2:
         mean, cov = prior
     elif hasattr(prior, "mean") and hasattr(prior, "cov"):
-        want = {"n_features": n_features, "n_arms": n_arms}
-        got = {k: getattr(prior, k) for k in want if getattr(prior, k, None) is not None}
-        if any(
-            isinstance(v, bool) or not isinstance(v, int | np.integer) or v != want[k]
-            for k, v in got.items()
-        ):
-            raise ValueError(
-                "prior was fitted for "
-                + ", ".join(f"{k}={v!r}" for k, v in got.items())
-                + " but the policy has "
-                + ", ".join(f"{k}={want[k]}" for k in got)
-                + " (θ = [θ_x; α] holds the n_features context coefficients, then the n_arms "
-                "arm effects)"
-            )
+        check_prior_layout(prior, n_features, n_arms, "the policy")
         mean, cov = prior.mean, prior.cov
     else:
         raise TypeError(

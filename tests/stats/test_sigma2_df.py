@@ -17,6 +17,7 @@ from hierbandit.stats import kernels as K
 from hierbandit.stats.empirical_bayes import EBOptions, empirical_bayes, estimate_sigma2
 from hierbandit.stats.hierarchical import posterior_given_hyper
 from tests.reliability.test_restore_rules import Crafted
+from tests.stats.test_empirical_bayes import _stats
 
 
 def _rows(rng, N, d, sizes, sigma2=1.0):
@@ -29,18 +30,6 @@ def _rows(rng, N, d, sizes, sigma2=1.0):
         y.append(Xj @ beta[j] + np.sqrt(sigma2) * rng.normal(size=sizes[j]))
         inst.append(np.full(sizes[j], j))
     return np.concatenate(X), np.concatenate(y), np.concatenate(inst), Sigma
-
-
-def _stats(X, y, inst, N):
-    d = X.shape[1]
-    G = np.zeros((N, d, d))
-    b = np.zeros((N, d))
-    q = np.zeros(N)
-    n = np.zeros(N, dtype=np.int64)
-    for j in range(N):
-        m = inst == j
-        G[j], b[j], q[j], n[j] = X[m].T @ X[m], X[m].T @ y[m], y[m] @ y[m], m.sum()
-    return G, b, q, n
 
 
 def _hat_diagonal(X, inst, N, Sigma, sigma2, lam):
