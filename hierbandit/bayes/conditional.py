@@ -710,7 +710,7 @@ class ClosedFormComparison:
         """One row per check: ``marginal`` (means and sds of :attr:`table`),
         ``cross-covariance`` (:attr:`cross_table`), ``predictive mean`` and ``predictive
         variance`` (:attr:`predictive_table`), with the number of ``z_scores``, how many
-        ``failed`` (|z| above the tolerance, or not computable), ``max_abs_z`` and the row of
+        ``failed`` (``|z|`` above the tolerance, or not computable), ``max_abs_z`` and the row of
         the ``worst``."""
         tables = self._tables()
         rows = []
@@ -1063,7 +1063,7 @@ def _vectors(idata: xr.DataTree, cf: xr.Dataset) -> _Vectors:
 def _farthest(mcmc: np.ndarray, mcse: np.ndarray, closed: list[np.ndarray]) -> np.ndarray:
     """Per vector, the closed-form values (``closed[v]``: (m, ...)) of the instance it stands
     for that lies farthest from the MCMC estimate (``mcmc``, ``mcse``: (V, ...)), judged by the
-    largest |z| over the vector's entries; all equal when the formulas are right."""
+    largest ``|z|`` over the vector's entries; all equal when the formulas are right."""
     out = np.empty_like(mcmc)
     for v, values in enumerate(closed):
         if len(values) == 1:
@@ -1107,7 +1107,7 @@ def _cross_and_predictive(
     series being (xᵀβ − xᵀβ̄)². For these variance-type series the sd is the larger of the
     draws' and of its value for the Gaussian posterior the closed form states
     (√(C_iiC_jj + C_ij²), √2·xᵀCx): the draws' own sd is small exactly when their variance is
-    low by chance, which would make the |z| of that chance too large.
+    low by chance, which would make the ``|z|`` of that chance too large.
     """
     vec = _vectors(idata, cf)
     B = vec.draws  # (chain, draw, V, d)
