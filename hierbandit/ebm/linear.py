@@ -141,6 +141,14 @@ def _index_scores(Ainv, theta, base, x, width, z, out):
 
 
 @njit(**_JIT)
+def _index_requests(Ainv, theta, K, J, X, width, Z, out):
+    """:func:`_index_scores` of request i (instance ``J[i]``, context ``X[i]``, draws
+    ``Z[i]``) into ``out[i]``, for every request."""
+    for i in range(J.shape[0]):
+        _index_scores(Ainv, theta, J[i] * K, X[i], width, Z[i], out[i])
+
+
+@njit(**_JIT)
 def _filtered_scores(coef_forced, coef_all, N, j, x, h, out):
     """OLSBandit's non-forced rule (Bastani & Bayati 2020, Algorithm 1): −inf outside K̂.
 
@@ -191,6 +199,22 @@ class _RidgeBandit(Policy):
     def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
         self.stats._add(j * self.n_arms + k, x, y)
         self.t += 1
+
+    def _update_batch(self, J: np.ndarray, X: np.ndarray, Karr: np.ndarray, Y: np.ndarray) -> None:
+        """All rows in one compiled call, the same as the loop of :meth:`_update`."""
+        self.stats._add_rows(J * self.n_arms + Karr, X, Y)
+        self.t += int(J.shape[0])
+
+    def _batch_scores(self, J: np.ndarray, X: np.ndarray, width: float, Z: np.ndarray):
+        out = np.empty((J.shape[0], self.n_arms))
+        _index_requests(self.stats.Ainv, self.stats.theta, self.n_arms, J, X, width, Z, out)
+        return out
+
+    def _pick(self, scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """The loop's argmax of every row (arms outside ``mask`` excluded)."""
+        if mask is not None:
+            scores[~mask] = -np.inf
+        return self._argmax_rows(scores)
 
     def _mean_cov(self, scale: float) -> tuple[np.ndarray, np.ndarray]:
         N, K, d = self.n_instances, self.n_arms, self.n_features
@@ -263,6 +287,11 @@ class LinUCB(_RidgeBandit):
         s = self.stats
         _index_scores(s.Ainv, s.theta, j * self.n_arms, x, self.alpha, self._ones, out)
         return self._argmax(out)
+
+    def _select_batch(self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """Every request's index in one compiled call; the loop's arms."""
+        ones = np.broadcast_to(self._ones, (J.shape[0], self.n_arms))
+        return self._pick(self._batch_scores(J, X, self.alpha, ones), mask)
 
     def posterior(self) -> xr.Dataset:
         """Mean θ̂ and covariance A⁻¹ (unit noise scale) of every (arm, instance)."""
@@ -373,6 +402,12 @@ class LinTS(_RidgeBandit):
 
     def _select(self, j: int, x: np.ndarray) -> int:
         return self._argmax(self._draw(j, x))
+
+    def _select_batch(self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """Every request's Thompson draw in one compiled call, from the loop's stream (K
+        normals per request, in order); the loop's arms."""
+        Z = self._sample_rng.standard_normal((J.shape[0], self.n_arms))
+        return self._pick(self._batch_scores(J, X, self.v_t(), Z), mask)
 
     def posterior(self) -> xr.Dataset:
         """Mean θ̂ and covariance v_t² B⁻¹ of every (arm, instance)."""

@@ -151,6 +151,13 @@ def ridge_add(G, b, q, n, Ainv, theta, reg, u, x, y, recompute_every):
 
 
 @njit(**_JIT)
+def ridge_add_rows(G, b, q, n, Ainv, theta, reg, units, X, Y, recompute_every):
+    """:func:`ridge_add` of rows ``(X[t], Y[t])`` to ``units[t]``, in order."""
+    for t in range(units.shape[0]):
+        ridge_add(G, b, q, n, Ainv, theta, reg, units[t], X[t], Y[t], recompute_every)
+
+
+@njit(**_JIT)
 def recompute_units(G, b, reg, Ainv, theta, units):
     """Exact recomputation of A⁻¹ and θ for the listed units."""
     for t in range(units.shape[0]):
@@ -384,9 +391,23 @@ class RidgeStats(_UnitStats):
         )
         if X.shape[1] != self.n_features:
             raise ValueError(f"X must have {self.n_features} columns, got {X.shape[1]}")
-        T = X.shape[0]
-        for t in range(T):
-            self._add(int(units[t]), X[t], float(y[t]))
+        self._add_rows(units.astype(np.int64), X, y)
+
+    def _add_rows(self, units: np.ndarray, X: np.ndarray, y: np.ndarray) -> None:
+        """Unchecked :meth:`add_batch` (int64 units, float64 rows): one compiled call."""
+        ridge_add_rows(
+            self.G,
+            self.b,
+            self.q,
+            self.n,
+            self.Ainv,
+            self.theta,
+            self.reg,
+            units,
+            X,
+            y,
+            self._every,
+        )
 
     def recompute(self, units: Any = None) -> None:
         """Recompute A⁻¹ and θ exactly from (A, b) for ``units`` (default: all units)."""
