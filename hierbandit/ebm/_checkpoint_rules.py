@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,9 @@ def _check_ebm(p: Any) -> None:
     if np.any(p.n_obs.sum(axis=0) != p.arrivals):
         fail("n_obs does not sum to arrivals over arms")
     in_range(p.n_eff, 0, N + 1, "n_eff")
-    in_range(p._rank_one_count, 0, max(int(p.recompute_every), 1), "_rank_one_count")
+    # an arm is recomputed once its count reaches recompute_every and N / budget (recompute_due)
+    bound = max(int(p.recompute_every), math.ceil(N / float(p.hyper_update_budget)), 1)
+    in_range(p._rank_one_count, 0, bound, "_rank_one_count")
     check_suffstats(p.G, p.q, p.n_obs)
     psd(p.Sigma, "Sigma")
     positive(p.sigma2, "sigma2")

@@ -283,3 +283,19 @@ def test_labels_table():
     assert r.kind == "int" and r.values() == [0, 1, 2, 3, 10]
     with pytest.raises(TypeError, match="integer or string"):
         Labels([True])
+
+
+def test_a_checkpoint_between_recomputations_at_large_n_loads(tmp_path):
+    """The arm's recomputation waits for N / budget incremental steps (recompute_due): a
+    policy saved after more than recompute_every of them is a valid state."""
+    from hierbandit.stats.empirical_bayes import EBOptions
+
+    fixed = EBOptions(estimate_Sigma=False, estimate_sigma2=False)
+    p = EbmTS(50, 2, 2, rng=0, eb_options=fixed, recompute_every=5, hyper_update_budget=1.0)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        p.update(int(rng.integers(50)), rng.normal(size=2), 0, float(rng.normal()))
+    assert p._rank_one_count[0] == 40  # past recompute_every, below N / budget
+    p.save(tmp_path / "p.nc")
+    q = EbmTS.load(tmp_path / "p.nc")
+    assert np.array_equal(q._rank_one_count, p._rank_one_count)
