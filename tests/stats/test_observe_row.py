@@ -39,6 +39,14 @@ def _posterior(G, b, Sigma, sigma2, P0, h0):
     return out
 
 
+def _step_args(x, y, j, G, b, state, Sigma, sigma2, P0):
+    """The arguments of ``observe_row``/``refresh_instance`` for instance j of the arm."""
+    S = state
+    blocks = (G[j], b[j], S["Ct"][j], S["A"][j])
+    shared = (S["P"], S["r"], S["Phi"], S["beta0"])
+    return (x, y, *blocks, *shared, Sigma, sigma2, P0)
+
+
 def _close(state, ref, rtol):
     for name, value in ref.items():
         scale = max(np.abs(value).max(), 1e-300)
@@ -60,23 +68,7 @@ def test_observe_row_matches_recomputing_the_arm(seed):
         if step % 5 == 0:  # a row large against what the arm knows: the refresh path
             x *= 10.0 ** rng.uniform(2, 3) / np.sqrt(scale)
         y = float(x.sum() + rng.normal())
-        paths.append(
-            K.observe_row(
-                x,
-                y,
-                G[j],
-                b[j],
-                state["Ct"][j],
-                state["A"][j],
-                state["P"],
-                state["r"],
-                state["Phi"],
-                state["beta0"],
-                Sigma,
-                sigma2,
-                P0,
-            )
-        )
+        paths.append(K.observe_row(*_step_args(x, y, j, G, b, state, Sigma, sigma2, P0)))
         _close(state, _posterior(G, b, Sigma, sigma2, P0, h0), 1e-8)
     assert any(paths) and not all(paths), "both the rank-one step and the refresh ran"
 
@@ -89,21 +81,7 @@ def test_refresh_instance_alone_matches_recomputing_the_arm():
     for j in (0, 1, 4, 1):  # with data, without data, again
         x = rng.normal(size=d)
         y = float(rng.normal())
-        K.refresh_instance(
-            x,
-            y,
-            G[j],
-            b[j],
-            state["Ct"][j],
-            state["A"][j],
-            state["P"],
-            state["r"],
-            state["Phi"],
-            state["beta0"],
-            Sigma,
-            sigma2,
-            P0,
-        )
+        K.refresh_instance(*_step_args(x, y, j, G, b, state, Sigma, sigma2, P0))
         _close(state, _posterior(G, b, Sigma, sigma2, P0, h0), 1e-10)
 
 
