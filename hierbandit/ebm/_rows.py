@@ -18,7 +18,13 @@ from numba import njit
 
 from hierbandit.stats import kernels as K
 
-__all__ = ["apply_rows", "recompute_due", "reestimate_due", "register_instance", "update_row"]
+__all__ = [
+    "apply_rows",
+    "recompute_due",
+    "reestimate_due",
+    "register_instance",
+    "update_row",
+]
 
 _JIT = {"cache": True, "nogil": True}
 
@@ -54,45 +60,15 @@ def register_instance(j, Sigma, sigma2, Ct, A):
 
 
 @njit(**_JIT)
-def update_row(
-    j,
-    x,
-    k,
-    y,
-    n,
-    G,
-    b,
-    q,
-    n_obs,
-    Sigma,
-    sigma2,
-    gamma,
-    n_eff,
-    Ct,
-    A,
-    P,
-    r,
-    Phi,
-    beta0,
-    P0,
-    h0,
-    pulls,
-    arrivals,
-    rank_one_count,
-    since,
-    estimates_any,
-    need_u,
-    every,
-    budget,
-    recompute_every,
-    cv_splits,
-    eb,
-    cv_rng,
-    scratch,
-):
+def update_row(j, x, k, y, n, state, options, cv_rng, scratch):
     """One row of ``EbmPolicy._update`` (the caller increments t). ``n``: instances in state
-    (the arrays may hold more rows, unused); ``scratch``: (5, d) work space of the rank-one
-    step, allocated once by the caller."""
+    (the arrays may hold more rows, unused); ``state``: the arrays of
+    :meth:`~hierbandit.ebm.policy.EbmPolicy._row_state`, in its order;
+    ``options``: those of :meth:`~hierbandit.ebm.policy.EbmPolicy._row_options`; ``scratch``: (5, d) work space of the
+    rank-one step, allocated once by the caller."""
+    G, b, q, n_obs, Sigma, sigma2, gamma, n_eff, Ct, A, P, r, Phi, beta0 = state[:14]
+    P0, h0, pulls, arrivals, rank_one_count, since = state[14:]
+    estimates_any, need_u, every, budget, recompute_every, cv_splits, eb = options
     d = x.shape[0]
     arrivals[j] += 1
     pulls[k] += 1
@@ -185,41 +161,7 @@ def update_row(
 
 
 @njit(**_JIT)
-def apply_rows(
-    J,
-    X,
-    arms,
-    Y,
-    n0,
-    G,
-    b,
-    q,
-    n_obs,
-    Sigma,
-    sigma2,
-    gamma,
-    n_eff,
-    Ct,
-    A,
-    P,
-    r,
-    Phi,
-    beta0,
-    P0,
-    h0,
-    pulls,
-    arrivals,
-    rank_one_count,
-    since,
-    estimates_any,
-    need_u,
-    every,
-    budget,
-    recompute_every,
-    cv_splits,
-    eb,
-    cv_rng,
-):
+def apply_rows(J, X, arms, Y, n0, state, options, cv_rng):
     """:func:`update_row` over rows ``(J[i], X[i], arms[i], Y[i])`` in order; ``J[i] == n``
     (the current number of instances) registers a new instance first. Returns the final n.
 
@@ -230,42 +172,7 @@ def apply_rows(
     for i in range(J.shape[0]):
         j = J[i]
         if j == n:
-            register_instance(j, Sigma, sigma2, Ct, A)
+            register_instance(j, state[4], state[5], state[8], state[9])  # Sigma, σ², C̃, A
             n += 1
-        update_row(
-            j,
-            X[i],
-            arms[i],
-            Y[i],
-            n,
-            G,
-            b,
-            q,
-            n_obs,
-            Sigma,
-            sigma2,
-            gamma,
-            n_eff,
-            Ct,
-            A,
-            P,
-            r,
-            Phi,
-            beta0,
-            P0,
-            h0,
-            pulls,
-            arrivals,
-            rank_one_count,
-            since,
-            estimates_any,
-            need_u,
-            every,
-            budget,
-            recompute_every,
-            cv_splits,
-            eb,
-            cv_rng,
-            scratch,
-        )
+        update_row(j, X[i], arms[i], Y[i], n, state, options, cv_rng, scratch)
     return n

@@ -101,52 +101,25 @@ _NO_TABLE.flags.writeable = False
 # ---------------------------------------------------------------------- ebm
 @njit(**_JIT)
 def _ebm_run(
-    inst,
-    X,
-    R,
-    arms,
-    G,
-    b,
-    q,
-    n_obs,
-    Sigma,
-    sigma2,
-    gamma,
-    n_eff,
-    Ct,
-    A,
-    P,
-    r,
-    Phi,
-    beta0,
-    P0,
-    h0,
-    pulls,
-    arrivals,
-    rank_one_count,
-    since,
-    mu,
-    tau,
-    t0,
-    alpha_tab,
-    flags,
-    every,
-    budget,
-    recompute_every,
-    cv_splits,
-    eb,
-    tie_rng,
-    ts_rng,
-    cv_rng,
+    inst, X, R, arms, state, mu, tau, t0, alpha_tab, flags, options, tie_rng, ts_rng, cv_rng
 ):
     """The loop of ``EbmPolicy._select``/``_update`` over one seed's rollout; returns the final t.
 
     ``flags`` = (Thompson?, random tie-break?, global forced init?, global α clock?, literal
-    (4.4)?, estimates any hyperparameter?, needs CV uniforms?, no forced init?). ``eb`` is the policy's
-    ``_eb_args`` tuple. ``mu`` and ``tau`` are the policy's scratch buffers of ``_select``.
+    (4.4)?, no forced init?). ``state`` and ``options`` are the policy's ``_row_state()`` and
+    ``_row_options()`` (:func:`~hierbandit.ebm._rows.update_row`). ``mu`` and ``tau`` are the
+    policy's scratch buffers of ``_select``.
     """
-    is_ts, random_tie, forced_global, clock_global, literal_44, estimates_any, need_u = flags[:7]
-    forced_none = flags[7]
+    is_ts, random_tie, forced_global, clock_global, literal_44, forced_none = flags
+    b, sigma2, Ct, A, Phi, beta0, arrivals = (
+        state[1],
+        state[5],
+        state[8],
+        state[9],
+        state[12],
+        state[13],
+        state[17],
+    )
     T = inst.shape[0]
     Kn, N = b.shape[0], b.shape[1]
     s = np.empty(Kn)
@@ -178,42 +151,7 @@ def _ebm_run(
         y = R[step, k]
         # ---- _update
         t += 1
-        update_row(
-            j,
-            x,
-            k,
-            y,
-            N,
-            G,
-            b,
-            q,
-            n_obs,
-            Sigma,
-            sigma2,
-            gamma,
-            n_eff,
-            Ct,
-            A,
-            P,
-            r,
-            Phi,
-            beta0,
-            P0,
-            h0,
-            pulls,
-            arrivals,
-            rank_one_count,
-            since,
-            estimates_any,
-            need_u,
-            every,
-            budget,
-            recompute_every,
-            cv_splits,
-            eb,
-            cv_rng,
-            scratch,
-        )
+        update_row(j, x, k, y, N, state, options, cv_rng, scratch)
     return t
 
 
@@ -230,47 +168,20 @@ def _ebm_run_policy(policy: Any, inst: np.ndarray, X: np.ndarray, R: np.ndarray,
         p.forced_init == "global",
         p.alpha_clock == "global",
         bool(p._literal_44),
-        bool(p._estimates_any),
-        bool(p._need_uniforms),
         p.forced_init == "none",
     )
-    eb = tuple(p._eb_args)  # Python scalars already (EBOptions._kernel): one compiled signature
-
     p.t = _ebm_run(
         inst,
         X,
         R,
         arms,
-        p.G,
-        p.b,
-        p.q,
-        p.n_obs,
-        p.Sigma,
-        p.sigma2,
-        p.gamma,
-        p.n_eff,
-        p._Ct,
-        p._A,
-        p._P,
-        p._r,
-        p._Phi,
-        p._beta0,
-        p._P0,
-        p._h0,
-        p.pulls,
-        p.arrivals,
-        p._rank_one_count,
-        p._since_estimate,
+        p._row_state(),
         p._mu,
         p._tau,
         int(p.t),
         alpha_tab,
         flags,
-        p._every,
-        float(p.hyper_update_budget),
-        int(p.recompute_every),
-        int(p.eb_options.cv_splits),
-        eb,
+        p._row_options(),
         p._tie_rng,
         p._ts_rng,
         p._cv_rng,

@@ -516,11 +516,13 @@ class EbmPolicy(Policy):
         """All rows in one kernel call (:func:`hierbandit.ebm._rows.apply_rows`), identical to
         the loop of :meth:`_update`."""
         self.n_instances = _rows.apply_rows(
-            J,
-            X,
-            Karr,
-            Y,
-            self.n_instances,
+            J, X, Karr, Y, self.n_instances, self._row_state(), self._row_options(), self._cv_rng
+        )
+        self.t += int(J.shape[0])
+
+    def _row_state(self) -> tuple:
+        """The arrays a row of feedback changes or reads, for :func:`_rows.update_row`."""
+        return (
             self.G,
             self.b,
             self.q,
@@ -541,6 +543,12 @@ class EbmPolicy(Policy):
             self.arrivals,
             self._rank_one_count,
             self._since_estimate,
+        )
+
+    def _row_options(self) -> tuple:
+        """The settings of :func:`_rows.update_row`, as Python scalars (one compiled
+        signature)."""
+        return (
             bool(self._estimates_any),
             bool(self._need_uniforms),
             self._every,
@@ -548,9 +556,7 @@ class EbmPolicy(Policy):
             int(self.recompute_every),
             int(self.eb_options.cv_splits),
             tuple(self._eb_args),
-            self._cv_rng,
         )
-        self.t += int(J.shape[0])
 
     def _grow(self, n: int) -> None:
         """Room for ``n`` instances: the per-instance arrays grow by doubling, new rows zero."""
