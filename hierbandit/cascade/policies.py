@@ -43,10 +43,7 @@ default (``beta="theory"`` gives Theorem 5.2's radius), round-robin warm-up is
 
 from __future__ import annotations
 
-import os
-import warnings
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -77,9 +74,6 @@ from hierbandit.cascade.env import (
 )
 from hierbandit.checkpoint import SharedStateMixin
 from hierbandit.stats.logistic import UPDATES, OnlineLogistic, joint_quadform, spd_factor
-
-#: warnings point at the first caller outside the package
-_PACKAGE_DIR = str(Path(__file__).parent.parent) + os.sep
 
 __all__ = [
     "AUCBBP",
@@ -510,32 +504,9 @@ class _LogisticCascadePolicy(CascadePolicy):
         return self.t + 1 <= self.warmup
 
     def _learn(self, Z: np.ndarray, y: np.ndarray) -> None:
+        # a batch_map refit that stops short of the MAP warns from the estimator
+        # (OnlineLogistic.update, RuntimeWarning; estimator.converged is then False)
         self.estimator.update(Z, y)
-        if self.update_rule == "batch_map" and Z.shape[0]:
-            self._check_map()
-
-    def _check_map(self) -> None:
-        """Warn when a ``batch_map`` refit stopped short of the MAP.
-
-        Newton-IRLS runs at most ``estimator.max_iter`` iterations. The Newton step
-        ``A⁻¹ ∇`` at the θ̂ it returned (``A`` the Hessian there, ``∇`` the penalised gradient
-        over all stored rows) is how far θ̂ still is from the MAP: when its largest coordinate
-        exceeds ``estimator.tol`` the refit did not converge, and a ``RuntimeWarning`` says so
-        (θ̂ is kept: it is the best iterate, and the next episode's refit starts from it).
-        """
-        est = self.estimator
-        Z, y = est.stored_data()
-        grad = Z.T @ (y - expit(Z @ est.theta)) - est.prior_precision @ (est.theta - est.prior_mean)
-        step = float(np.max(np.abs(est.cov @ grad)))
-        if not step <= est.tol:
-            warnings.warn(
-                f"update_rule='batch_map': the Newton-IRLS refit of episode {self.t + 1} did "
-                f"not converge in {est.max_iter} iterations (θ̂ is still {step:.3g} from the "
-                f"MAP in a coordinate, tolerance {est.tol:g}); the estimate is the last iterate. "
-                "Rescale the contexts or raise lam if this persists",
-                RuntimeWarning,
-                skip_file_prefixes=(_PACKAGE_DIR,),
-            )
 
     def posterior(self) -> xr.Dataset:
         """θ̂ and ``A⁻¹`` (the online Laplace posterior ``N(θ̂, A⁻¹)`` for ``newton1``)."""

@@ -28,8 +28,11 @@ paths use plain NumPy arrays and do not validate (the public policies validate f
 
 from __future__ import annotations
 
+import os
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -59,6 +62,9 @@ __all__ = [
 
 #: parameter-update rules of the cascading policies (docs/maths/cascade.md §2)
 UPDATES = ("newton1", "paper_literal", "batch_map")
+
+#: warnings point at the first caller outside the package
+_PACKAGE_DIR = str(Path(__file__).parent.parent) + os.sep
 
 
 def sigmoid(u: Any) -> np.ndarray:
@@ -525,7 +531,17 @@ class OnlineLogistic:
     Notes
     -----
     Inputs are not validated here; the policies validate them first.
+
+    A ``batch_map`` refit runs at most ``max_iter`` Newton-IRLS iterations. When it stops
+    short of the MAP, :attr:`converged` is False and :meth:`update` emits a
+    ``RuntimeWarning``; the estimate is the last iterate, and the next refit starts from it.
     """
+
+    #: state added after checkpoints were first written, with the value an older file implies
+    #: (whether its θ̂ is within ``tol`` of the MAP of its stored rows; see :attr:`converged`)
+    _checkpoint_added: ClassVar[dict[str, Any]] = {
+        "_converged": lambda est: bool(est._map_step() <= est.tol),
+    }
 
     def __init__(
         self,
@@ -559,6 +575,7 @@ class OnlineLogistic:
         # stored data for batch_map: rows z and responses y (grown by doubling)
         self._Z = np.empty((0, p))
         self._y = np.empty(0)
+        self._converged = True
 
     # ------------------------------------------------------------------ state
     @property
@@ -574,6 +591,18 @@ class OnlineLogistic:
         Z = np.asarray(Z, dtype=float)
         V = scipy.linalg.solve_triangular(self._chol, Z.T, lower=True, check_finite=False)
         return np.einsum("pn,pn->n", V, V)
+
+    @property
+    def converged(self) -> bool:
+        """Whether the last :meth:`update` reached its solution.
+
+        For ``batch_map``: whether the Newton-IRLS refit ended within ``tol`` of the MAP (its
+        last step, or the Newton step from where it stopped after ``max_iter`` iterations, below
+        ``tol`` in every coordinate). False: θ̂ is the last iterate, not the MAP, and the update
+        warned. The one-step rules (``newton1``, ``paper_literal``) solve one linear system
+        and have nothing to converge: always True, as before any update.
+        """
+        return bool(self._converged)
 
     def stored_data(self) -> tuple[np.ndarray, np.ndarray]:
         """The rows kept by ``batch_map`` (empty for the other rules)."""
@@ -591,6 +620,27 @@ class OnlineLogistic:
         except np.linalg.LinAlgError:
             return spd_factor(A, self._floor())
 
+    def _map_step(
+        self,
+        Z: np.ndarray | None = None,
+        y: np.ndarray | None = None,
+        theta: np.ndarray | None = None,
+        chol: np.ndarray | None = None,
+    ) -> float:
+        """Largest coordinate of the Newton step ``A⁻¹∇`` at θ (``∇`` the penalised gradient
+        over the rows, ``A`` the Hessian there): how far a ``batch_map`` θ still is from the
+        MAP. Defaults: the stored rows, θ̂ and the current factor; 0 for the one-step rules,
+        which store no rows."""
+        if self.update_rule != "batch_map":
+            return 0.0
+        if Z is None or y is None:
+            Z, y = self.stored_data()
+        theta = self.theta if theta is None else theta
+        chol = self._chol if chol is None else chol
+        grad = Z.T @ (y - expit(Z @ theta)) - self.prior_precision @ (theta - self.prior_mean)
+        step = scipy.linalg.cho_solve((chol, True), grad, check_finite=False)
+        return float(np.max(np.abs(step))) if step.size else 0.0
+
     def update(self, Z: np.ndarray, y: np.ndarray) -> None:
         """Add one episode's batch of displayed pulls (rows ``Z (n, p)``, clicks ``y (n,)``).
 
@@ -599,11 +649,18 @@ class OnlineLogistic:
         leaves the estimator unchanged. The information matrix is factorised by
         :func:`spd_factor` with the prior precision's smallest eigenvalue as the floor, so a
         regulariser hidden by rounding never makes the factorisation fail.
+
+        Warns
+        -----
+        RuntimeWarning
+            A ``batch_map`` refit did not converge in ``max_iter`` iterations (:attr:`converged`
+            is then False; the update is kept).
         """
         n = Z.shape[0]
         if n == 0:
             return
         rule = self.update_rule
+        converged, step = True, 0.0
         if rule == "batch_map":
             Zall = np.concatenate([self._Z[: self.n_obs], Z])
             yall = np.concatenate([self._y[: self.n_obs], y])
@@ -620,6 +677,10 @@ class OnlineLogistic:
             A = 0.5 * (A + A.T)
             chol = self._factor(A)
             b = A @ theta
+            if not res.converged:
+                # out of iterations: converged all the same if θ is within tol of the MAP
+                step = self._map_step(Zall, yall, theta, chol)
+                converged = bool(step <= self.tol)
         else:
             p_hat = expit(Z @ self.theta)
             w = p_hat * (1.0 - p_hat)
@@ -649,6 +710,16 @@ class OnlineLogistic:
         self.n_obs += n
         self._chol = chol
         self._cov = None
+        self._converged = converged
+        if not converged:
+            warnings.warn(
+                f"update='batch_map': the Newton-IRLS refit on {self.n_obs} rows did not "
+                f"converge in {self.max_iter} iterations (θ̂ is still {step:.3g} "
+                f"from the MAP in a coordinate, tolerance {self.tol:g}); the estimate is the "
+                "last iterate. Rescale the contexts or raise lam if this persists",
+                RuntimeWarning,
+                skip_file_prefixes=(_PACKAGE_DIR,),
+            )
 
     def _append(self, Z: np.ndarray, y: np.ndarray) -> None:
         need = self.n_obs + Z.shape[0]

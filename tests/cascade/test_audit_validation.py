@@ -151,11 +151,26 @@ def test_batch_map_warns_when_the_refit_stops_short_of_the_map():
         _run(pol)
 
 
+def test_batch_map_warns_once_per_refit_that_stops_short():
+    pol = UCBBP(K, D, E, H, update_rule="batch_map")
+    pol.estimator.max_iter = 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _run(pol, T=5)
+    runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    # five episodes, five refits out of iterations, one warning each (from the estimator)
+    assert len(runtime) == 5
+    assert all("did not converge" in str(w.message) for w in runtime)
+    assert all(w.filename == __file__ for w in runtime)
+    assert pol.estimator.converged is False
+
+
 def test_batch_map_is_silent_when_the_refit_converges():
     pol = UCBBP(K, D, E, H, update_rule="batch_map")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _run(pol)
+    assert pol.estimator.converged
     ref = UCBBP(K, D, E, H, update_rule="batch_map")
     ref.estimator.max_iter = 1
     with warnings.catch_warnings():
