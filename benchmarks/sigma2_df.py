@@ -16,9 +16,17 @@ sections, each run on the same data for both:
    environments and random numbers (``hierbandit.experiments.simulate``), the paired
    difference (effective − paper) with a 95 % interval over seeds and the share of seeds where
    the default is better.
+4. ``debias``: ``EBOptions(debias_ols_noise=True)`` (Σ̂ less the average OLS sampling noise,
+   docs/decisions/ebm.md §3) with the default divisor, on the data-poor Figure 1 setting:
+   the final cumulative regret of EbmTS and EbmUCB with and without it and of LinUCB, on the
+   same environments and random numbers, and the paired differences (mean ± standard error
+   over seeds, and the seeds where the first of the pair has the larger regret); EbmTS with
+   the option and the paper's divisor too, the configuration of the earlier measurement.
 
 Run: ``.venv/bin/python benchmarks/sigma2_df.py [--seeds 60] [--horizon 10000]
-[--sections online,offline,regret]``.
+[--sections online,offline,regret,debias] [--threads 2]``; the debias section alone, as
+docs/decisions/ebm.md quotes it: ``.venv/bin/python benchmarks/sigma2_df.py --sections debias``.
+``--threads`` is the number of seeds the compiled loop runs at once (``numba`` threads).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from hierbandit.ebm import EbmTS, EbmUCB, HierarchicalLinearEnv
+from hierbandit.ebm import EbmTS, EbmUCB, HierarchicalLinearEnv, LinUCB
 from hierbandit.experiments import simulate
 from hierbandit.stats.empirical_bayes import EBOptions
 
@@ -38,9 +46,12 @@ K, D, N = 5, 3, 10
 BINS = [(1, 4), (5, 20), (21, 100), (101, 1000), (1001, 10**9)]
 
 
-def policy(cls: type, mode: str, seed: int = 0) -> object:
-    """The paper's configuration (every-pull schedule) with the chosen σ̂² divisor."""
-    return cls(N, K, D, rng=seed, hyper_update_every=1, eb_options=EBOptions(sigma2_df=mode))
+def policy(cls: type, mode: str, seed: int = 0, **options: object) -> object:
+    """The paper's configuration (every-pull schedule) with the chosen σ̂² divisor and any
+    other :class:`EBOptions` fields."""
+    return cls(
+        N, K, D, rng=seed, hyper_update_every=1, eb_options=EBOptions(sigma2_df=mode, **options)
+    )
 
 
 def online(seeds: int, horizon: int) -> None:
@@ -160,14 +171,68 @@ def regret(seeds: int, horizon: int) -> None:
     print()
 
 
+def _paired(a: np.ndarray, b: np.ndarray) -> tuple[str, str]:
+    """``a − b`` as mean ± standard error over seeds, and the seeds where ``a`` is larger."""
+    diff = a - b
+    se = diff.std(ddof=1) / np.sqrt(diff.size)
+    return f"{diff.mean():+.1f} ± {se:.1f}", f"{int((diff > 0).sum())}/{diff.size}"
+
+
+def debias(seeds: int, horizon: int) -> None:
+    print(
+        f"## debias_ols_noise: data-poor Figure 1 setting, paired over {seeds} seeds, "
+        f"horizon {horizon:,}\n"
+    )
+    env = HierarchicalLinearEnv(N, K, D, arrival="data-poor", rng=0)
+    pols = {
+        "EbmTS": policy(EbmTS, "effective"),
+        "EbmTS debias": policy(EbmTS, "effective", debias_ols_noise=True),
+        "EbmUCB": policy(EbmUCB, "effective"),
+        "EbmUCB debias": policy(EbmUCB, "effective", debias_ols_noise=True),
+        "LinUCB": LinUCB(N, K, D),
+        # the configuration of the earlier measurement (the paper's σ̂² divisor)
+        "EbmTS debias, paper σ̂²": policy(EbmTS, "paper", debias_ols_noise=True),
+    }
+    t0 = time.perf_counter()
+    ds = simulate(pols, env, horizon, seeds)
+    final = {name: ds["regret"].sum("step").sel(policy=name).values for name in pols}
+    print(f"({time.perf_counter() - t0:.0f} s)\n")
+    print("Final cumulative regret, mean ± standard error over seeds:\n")
+    rows = [
+        {"policy": name, "regret": f"{r.mean():.1f} ± {r.std(ddof=1) / np.sqrt(r.size):.1f}"}
+        for name, r in final.items()
+    ]
+    print(pd.DataFrame(rows).to_markdown(index=False))
+    print()
+    print("Paired by seed: A − B, mean ± s.e., and the seeds where A has the larger regret:\n")
+    rows = []
+    for cls in ("EbmTS", "EbmUCB"):
+        for a, b in (
+            (f"{cls} debias", cls),
+            (cls, "LinUCB"),
+            (f"{cls} debias", "LinUCB"),
+            *([("EbmTS debias, paper σ̂²", "LinUCB")] if cls == "EbmTS" else []),
+        ):
+            diff, loses = _paired(final[a], final[b])
+            rows.append({"A": a, "B": b, "A − B": diff, "A loses": loses})
+    print(pd.DataFrame(rows).to_markdown(index=False))
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=60)
     parser.add_argument("--horizon", type=int, default=10_000)
     parser.add_argument("--online-seeds", type=int, default=10)
     parser.add_argument("--online-horizon", type=int, default=2_000)
-    parser.add_argument("--sections", default="online,offline,regret")
+    parser.add_argument("--sections", default="online,offline,regret,debias")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="seeds the compiled loop runs at once"
+    )
     args = parser.parse_args()
+    import numba
+
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     sections = args.sections.split(",")
     if "online" in sections:
         online(args.online_seeds, args.online_horizon)
@@ -175,6 +240,8 @@ def main() -> None:
         offline()
     if "regret" in sections:
         regret(args.seeds, args.horizon)
+    if "debias" in sections:
+        debias(args.seeds, args.horizon)
 
 
 if __name__ == "__main__":

@@ -78,8 +78,11 @@ class EBOptions:
         Subtract σ̂² · mean_j G_j⁻¹ (the OLS sampling noise) from the scatter before thresholding.
         Not safe with few rows per instance: early on the difference is indefinite, the
         eigenvalue floor then leaves Σ̂ nearly singular and the policy stops exploring those
-        directions; on the ebm data-poor setting it added +355 ± 103 to the regret of EbmTS
-        measured against LinUCB (docs/decisions/ebm.md §3). Off by default.
+        directions. On the ebm data-poor setting (60 seeds paired, horizon 10,000, the default
+        σ̂² divisor) it raised the regret of EbmTS from 663 to 1,825 (+1,162 ± 128, worse on
+        every seed), from 42 ± 24 below LinUCB to 1,120 ± 128 above it
+        (``.venv/bin/python benchmarks/sigma2_df.py --sections debias``, docs/decisions/ebm.md
+        §3). Off by default.
     estimate_Sigma, estimate_sigma2 : bool
         Re-estimate each hyperparameter (False keeps the initial/previous value fixed).
     sigma2_df : {"effective", "paper"}
