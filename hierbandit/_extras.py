@@ -23,6 +23,7 @@ EXTRAS = {
     "bayes": "fitted priors, full Bayes with PyMC, MCMC diagnostics (hierbandit.bayes)",
     "data": "parquet logs, the MovieLens log, scikit-learn's data sets and clusterings",
     "experiments": "the paper reproductions, their figures, Dask sweeps, the hierbandit command",
+    "serve": "the decision service: hierbandit serve, its HTTP API and Parquet event log",
 }
 
 #: top-level import name -> the name pip installs it under, where they differ

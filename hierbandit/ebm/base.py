@@ -42,6 +42,7 @@ from hierbandit._validation import (
     check_scalar,
 )
 from hierbandit.checkpoint import SharedStateMixin
+from hierbandit.stats.choice import choice_probabilities, chosen_probability
 
 __all__ = ["Policy", "SharedStateMixin", "hyperparameter_dataset", "posterior_dataset"]
 
@@ -407,6 +408,60 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
             J[self.n_instances <= J] = -1  # ids not seen yet start from the shared posterior
             codes = self._select_batch(J, X, mask)
         return codes if self.arms.kind == "range" else self.arms.labels(codes)
+
+    def choice_probabilities(
+        self, instances: Any, contexts: Any, *, allowed: Any = None, arms: Any = None
+    ) -> np.ndarray:
+        """The probability with which :meth:`select_batch` chooses each arm for each request,
+        in the current state: the propensities that off-policy evaluation needs.
+
+        Without ``arms``, a (B, n_arms) array whose rows sum to 1 (columns in arm-code order);
+        with ``arms`` (B arm ids, e.g. the ones :meth:`select_batch` returned), the (B,)
+        probabilities of those arms. Nothing is drawn and nothing changes. A Thompson policy's
+        probabilities are integrals over its score distribution, computed by quadrature to
+        about 1e-10 (:mod:`hierbandit.stats.choice`); a deterministic index gives 1 to its
+        argmax, split evenly over ties.
+
+        Raises ``NotImplementedError`` for a policy whose choices are not an index of
+        independent scores (OLSBandit, RMBandit).
+        """
+        X = self._contexts(contexts)
+        B = X.shape[0]
+        mask = self._allowed_mask(allowed, B)
+        codes = None if arms is None else self._arm_codes(arms, B)
+        with self._lock:
+            J, _ = self._instance_codes(instances, B)
+            J[self.n_instances <= J] = -1
+            return self._choice_probabilities(J, X, mask, codes)
+
+    def _choice_probabilities(
+        self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None, arms: np.ndarray | None
+    ) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} does not compute choice probabilities")
+
+    @staticmethod
+    def _index_probabilities(
+        MU: np.ndarray,
+        S: np.ndarray,
+        mask: np.ndarray | None,
+        arms: np.ndarray | None,
+        random: bool,
+        forced: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Choice probabilities of scores ``MU + S·Z`` (Z standard normal if ``random``, else
+        1); a request with ``forced[i] >= 0`` gets that arm for sure."""
+        if arms is None:
+            P = choice_probabilities(MU, S, mask, random=random)
+            if forced is not None and np.any(forced >= 0):
+                f = np.flatnonzero(forced >= 0)
+                P[f] = 0.0
+                P[f, forced[f]] = 1.0
+            return P
+        p = chosen_probability(MU, S, arms, mask, random=random)
+        if forced is not None:
+            f = forced >= 0
+            p[f] = (forced[f] == arms[f]).astype(float)
+        return p
 
     def update(self, instance: Any, context: Any, arm: Any, reward: float) -> None:
         """Record that ``arm`` was pulled for ``instance`` with ``context`` and paid ``reward``.

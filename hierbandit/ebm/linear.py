@@ -210,6 +210,21 @@ class _RidgeBandit(Policy):
         _index_requests(self.stats.Ainv, self.stats.theta, self.n_arms, J, X, width, Z, out)
         return out
 
+    def _choice_probabilities(
+        self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None, arms: np.ndarray | None
+    ) -> np.ndarray:
+        """Scores x·θ̂ + w·Z·sqrt(xᵀA⁻¹x): Z = 1 for LinUCB (w = α), standard normal for LinTS
+        (w = v_t)."""
+        width, random = self._score_width()
+        ones = np.broadcast_to(self._ones, (J.shape[0], self.n_arms))
+        MU = self._batch_scores(J, X, 0.0, ones)
+        S = np.maximum(self._batch_scores(J, X, 1.0, ones) - MU, 0.0) * width
+        return self._index_probabilities(MU, S, mask, arms, random)
+
+    def _score_width(self) -> tuple[float, bool]:
+        """The width w of the score and whether Z is random (Thompson) or 1 (UCB)."""
+        raise NotImplementedError
+
     def _pick(self, scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         """The loop's argmax of every row (arms outside ``mask`` excluded)."""
         if mask is not None:
@@ -292,6 +307,9 @@ class LinUCB(_RidgeBandit):
         """Every request's index in one compiled call; the loop's arms."""
         ones = np.broadcast_to(self._ones, (J.shape[0], self.n_arms))
         return self._pick(self._batch_scores(J, X, self.alpha, ones), mask)
+
+    def _score_width(self) -> tuple[float, bool]:
+        return self.alpha, False
 
     def posterior(self) -> xr.Dataset:
         """Mean θ̂ and covariance A⁻¹ (unit noise scale) of every (arm, instance)."""
@@ -408,6 +426,9 @@ class LinTS(_RidgeBandit):
         normals per request, in order); the loop's arms."""
         Z = self._sample_rng.standard_normal((J.shape[0], self.n_arms))
         return self._pick(self._batch_scores(J, X, self.v_t(), Z), mask)
+
+    def _score_width(self) -> tuple[float, bool]:
+        return self.v_t(), True
 
     def posterior(self) -> xr.Dataset:
         """Mean θ̂ and covariance v_t² B⁻¹ of every (arm, instance)."""

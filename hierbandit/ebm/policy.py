@@ -495,22 +495,40 @@ class EbmPolicy(Policy):
         out[forced >= 0] = forced[forced >= 0]
         if free.size == 0:
             return out
-        MU = np.empty((free.size, Kn))
-        TAU = np.empty((free.size, Kn))
-        self._score_requests(X[free], J[free], MU, TAU)
-        if self.alpha_clock == "global":
-            alpha = np.full(free.size, self._alpha(0))
-        else:
-            alpha = np.array([self._alpha(int(j)) for j in J[free]])
+        MU, S = self._score_moments(J[free], X[free])
         if self.exploration == "ucb":
-            scores = MU + alpha[:, None] * TAU
+            scores = MU + S
         else:
-            Z = self._ts_rng.standard_normal((free.size, Kn))
-            scores = MU + alpha[:, None] * TAU * Z
+            scores = MU + S * self._ts_rng.standard_normal((free.size, Kn))
         if mask is not None:
             scores[~mask[free]] = -np.inf
         out[free] = self._argmax_rows(scores)
         return out
+
+    def _score_moments(self, J: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Centres μ̂ and scales α·τ of every arm's score for requests (``J``, ``X``): the score
+        is μ̂ + α·τ (UCB) or μ̂ + α·τ·Z with Z standard normal (Thompson sampling)."""
+        B, Kn = X.shape[0], self.n_arms
+        MU = np.empty((B, Kn))
+        TAU = np.empty((B, Kn))
+        self._score_requests(X, J, MU, TAU)
+        if self.alpha_clock == "global":
+            alpha = np.full(B, self._alpha(0))
+        else:
+            alpha = np.array([self._alpha(int(j)) for j in J])
+        return MU, alpha[:, None] * TAU
+
+    def _choice_probabilities(
+        self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None, arms: np.ndarray | None
+    ) -> np.ndarray:
+        """Probabilities of :meth:`_select_batch`'s choices without drawing anything: a forced
+        arm (the initial round robin) is chosen for sure, every other request by its scores."""
+        forced = self._forced_arms(J)
+        if mask is not None:
+            rows = np.flatnonzero(forced >= 0)
+            forced[rows[~mask[rows, forced[rows]]]] = -1
+        MU, S = self._score_moments(J, X)
+        return self._index_probabilities(MU, S, mask, arms, self.exploration != "ucb", forced)
 
     def _update_batch(self, J: np.ndarray, X: np.ndarray, Karr: np.ndarray, Y: np.ndarray) -> None:
         """All rows in one kernel call (:func:`hierbandit.ebm._rows.apply_rows`), identical to
