@@ -32,12 +32,14 @@ from hierbandit.cli.boc import app as boc_app
 from hierbandit.cli.cascade import app as cascade_app
 from hierbandit.cli.experiment import app as experiment_app
 from hierbandit.cli.sclub import app as sclub_app
+from hierbandit.cli.serve import serve_cmd
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 app.add_typer(experiment_app, name="experiment")
 app.add_typer(boc_app, name="boc")
 app.add_typer(cascade_app, name="cascade")
 app.add_typer(sclub_app, name="sclub")
+app.command("serve")(serve_cmd)
 
 Horizon = Annotated[int, typer.Option("--horizon", min=10, help="Rounds per run.")]
 Draws = Annotated[int, typer.Option("--draws", min=1, help="MCMC draws per chain.")]
