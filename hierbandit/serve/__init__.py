@@ -12,9 +12,10 @@ from typing import Any
 
 from hierbandit._extras import require
 from hierbandit.serve.app import create_app
+from hierbandit.serve.eventlog import read_events
 from hierbandit.serve.service import DecisionService, RequestError, ServiceConfig
 
-__all__ = ["DecisionService", "RequestError", "ServiceConfig", "create_app", "run"]
+__all__ = ["DecisionService", "RequestError", "ServiceConfig", "create_app", "read_events", "run"]
 
 
 def run(

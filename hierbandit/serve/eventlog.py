@@ -31,7 +31,7 @@ import numpy as np
 from hierbandit._extras import require
 from hierbandit._io import atomic_write
 
-__all__ = ["EventLog"]
+__all__ = ["EventLog", "read_events"]
 
 _PART = re.compile(r"part-(\d{20})-(\d{20})\.parquet")
 TABLES = ("decisions", "rewards")
@@ -140,3 +140,39 @@ class EventLog:
                     path.unlink()
                     removed.append(path)
         return removed
+
+
+def committed_record(state_dir: str | Path) -> int:
+    """The log record up to which the state directory's checkpoint in force is committed."""
+    current = Path(state_dir) / "CURRENT"
+    if not current.is_file():
+        raise FileNotFoundError(f"{state_dir} holds no decision service (no CURRENT file)")
+    name = current.read_text().strip()
+    if not re.fullmatch(r"checkpoint-\d{20}", name):
+        raise ValueError(f"{current} names {name!r:.60}, not a checkpoint folder")
+    return int(name[11:])
+
+
+def read_events(state_dir: str | Path, table: str = "rewards") -> Any:
+    """The committed rows of one table of a service's event log, as a pandas DataFrame.
+
+    ``table``: ``"rewards"`` (one row per reward applied: ``instance``, ``arm``, the features,
+    ``reward``, ``event``, ``decided_at``, ``rewarded_at``, ``propensity``) or
+    ``"decisions"``. Only files covered by the checkpoint in force are read (a running service
+    may be writing the next ones), in log order. A running service can be read.
+    """
+    if table not in TABLES:
+        raise ValueError(f"table must be one of {TABLES}, got {table!r}")
+    pd = require("pandas", "serve", "Reading the event log")
+    pq = require("pyarrow.parquet", "serve", "Reading the event log")
+    end = committed_record(state_dir)
+    folder = Path(state_dir) / "events" / table
+    parts = []
+    for path in folder.iterdir():
+        m = _PART.fullmatch(path.name)
+        if m is not None and int(m.group(2)) <= end:
+            parts.append((int(m.group(1)), path))
+    frames = [pq.read_table(path).to_pandas() for _, path in sorted(parts)]
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)

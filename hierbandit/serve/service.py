@@ -56,7 +56,7 @@ from hierbandit._validation import MAX_ABS, MAX_FEATURE
 from hierbandit.checkpoint import load_checkpoint
 from hierbandit.ebm import EbmTS, EbmUCB, Policy
 from hierbandit.errors import InvalidFileError
-from hierbandit.serve.eventlog import EventLog
+from hierbandit.serve.eventlog import EventLog, committed_record
 from hierbandit.serve.ledger import Ledger
 from hierbandit.serve.wal import WriteAheadLog
 
@@ -278,11 +278,12 @@ class DecisionService:
         return list(f) if f is not None else [f"x{i}" for i in range(self.policy.n_features)]
 
     def _restore(self, current: Path) -> None:
-        name = current.read_text().strip()
-        if not name.startswith("checkpoint-") or "/" in name or not name[11:].isdigit():
-            raise InvalidFileError(current, f"names {name!r}, not a checkpoint folder")
+        try:
+            committed = committed_record(self.state_dir)
+        except ValueError as exc:
+            raise InvalidFileError(current, str(exc)) from None
+        name = f"checkpoint-{committed:020d}"
         folder = self.state_dir / name
-        committed = int(name[11:])
         policy = load_checkpoint(folder / "policy.nc")
         if not isinstance(policy, Policy):
             raise InvalidFileError(folder / "policy.nc", "does not hold a policy")

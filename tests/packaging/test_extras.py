@@ -299,3 +299,17 @@ def test_the_command_runs_through_the_entry_point():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("hierbandit ")
+
+
+def test_the_decision_service_names_the_serve_extra(monkeypatch, tmp_path):
+    from hierbandit.ebm import EbmTS
+    from hierbandit.serve import DecisionService, create_app
+
+    service = DecisionService.open(tmp_path / "s", EbmTS(n_arms=2, n_features=1, rng=0))
+    try:
+        block(monkeypatch, "starlette")
+        with missing("serve", "starlette"):
+            create_app(service)
+    finally:
+        monkeypatch.undo()
+        service.close()
