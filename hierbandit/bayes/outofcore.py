@@ -241,6 +241,10 @@ def summarise_dask(
         Column names, as for :func:`~hierbandit.data.read_log`: ``arm`` may be absent (the
         default name) for a single-arm log; ``features=None`` takes every other column of
         numeric dtype (categorical columns, such as a ``date`` partition key, are left out).
+        Instance and arm ids may be non-negative integers or strings (string, object or
+        categorical columns, an ``arm=banner_a/`` partition key): each partition keeps the
+        strings it holds once, the partials are merged by the strings themselves (exactly, no
+        hashing to integers), and the summary's labels are sorted as ``read_log`` sorts them.
     scheduler : None, str or distributed.Client
         ``None`` (default): a local cluster started for this call and closed after it
         (:func:`local_cluster`); a scheduler address (``"tcp://host:8786"``): that cluster,
@@ -262,9 +266,10 @@ def summarise_dask(
     ValueError, TypeError
         Naming the argument or column: a path that does not exist, is a file or holds no
         Parquet files; missing columns (with the available ones); a role or feature column of
-        a dtype that cannot hold numbers; and, from the partition where they occur, ids that are
-        not non-negative integers and rewards or features that are not finite numbers; an empty
-        log. Progress is reported as ``hierbandit.progress`` records labelled
+        a dtype that cannot hold numbers (or, for the ids, strings); and, from the partition
+        where they occur, ids that are neither non-negative integers nor strings (or mix them,
+        within a partition or across partitions) and rewards or features that are not finite
+        numbers; an empty log. Progress is reported as ``hierbandit.progress`` records labelled
         :data:`PROGRESS_LABEL`, one unit per partition.
     """
     split_every = check_positive_int(split_every, "split_every", minimum=2)

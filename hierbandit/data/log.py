@@ -8,9 +8,19 @@ a :class:`HistoricalLog`: plain NumPy arrays with the instance and arm ids coded
 
 Conventions
 -----------
-* Instance and arm ids must be non-negative integers (floats with integral values are accepted
-  and converted; strings, booleans and non-integral floats are rejected). Codes follow the sorted
-  order of the original ids.
+* Instance and arm ids are non-negative integers (floats with integral values are accepted and
+  converted; booleans and non-integral floats are rejected) or strings (a column of dtype object
+  holding ``str``, a pandas or Arrow string dtype, or a categorical of strings: ``"u_81723"``,
+  ``"banner_b"``). Codes follow the sorted order of the original ids (code-point order for
+  strings, as Python sorts ``str``), and the ids are kept as labels: int64 arrays, or object
+  arrays of ``str``. A string id is kept exactly as written: ``"007"`` stays ``"007"`` and is not
+  the integer 7. Refused, naming the column and the first row at fault: a column that mixes
+  strings and other values (integers, bytes, booleans...), missing ids (None, NaN, NA), ids that
+  are empty, blank, hold a NUL character or are not valid Unicode, and values that are neither
+  numbers nor strings (bytes, tuples). In a CSV file every cell is text and pandas reads a column
+  of numbers as numbers, so a CSV id column in which some ids look like numbers and others do
+  not is refused as a stray text cell (read such a file with pandas, ``dtype=str`` for that
+  column, and pass the DataFrame to take the ids as strings).
 * Rewards and features must be finite numbers. Boolean columns count as numeric (``0.0``/``1.0``).
 * A column the reader cannot take as numbers is never dropped silently. Named columns (instance,
   arm, reward, listed features) must be numeric. When the features are inferred, a column of text
@@ -34,6 +44,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import operator
 import os
 import warnings
 from collections.abc import Sequence
@@ -78,23 +89,187 @@ def _content_hash(
     instance_per_row: np.ndarray,
     arm_per_row: np.ndarray,
     features: tuple[str, ...],
+    labels: dict[str, np.ndarray] | None = None,
 ) -> str:
     """SHA-256 over a canonical byte encoding of the log's content.
 
     The encoding is: a version tag; a JSON header with the number of rows and the feature names;
     then ``X`` (row-major), ``y``, the per-row instance ids and the per-row arm ids as
     little-endian float64 / int64 bytes. ``-0.0`` is encoded as ``0.0``.
+
+    A column of string ids (``labels`` maps ``"instance"``/``"arm"`` to its label table; the
+    per-row array then holds codes into it) is encoded instead as the labels that occur, sorted
+    (their number, the UTF-8 length of each as int64, their UTF-8 bytes), then the per-row codes
+    into them as int64; the header then also says which columns hold strings (``"ids"``). A log
+    of integer ids hashes exactly as before string ids existed.
     """
+    labels = labels or {}
     h = hashlib.sha256(_HASH_TAG)
-    header = {"n_rows": int(X.shape[0]), "features": list(features)}
+    header: dict[str, Any] = {"n_rows": int(X.shape[0]), "features": list(features)}
+    if labels:
+        header["ids"] = {name: "str" if name in labels else "int" for name in ("instance", "arm")}
     h.update(json.dumps(header, sort_keys=True, ensure_ascii=True).encode("ascii"))
     h.update(b"\x00")
-    for arr, dtype in ((X, "<f8"), (y, "<f8"), (instance_per_row, "<i8"), (arm_per_row, "<i8")):
-        a = np.ascontiguousarray(arr, dtype=dtype)
-        if dtype == "<f8":
-            a = a + 0.0  # canonical zero: -0.0 + 0.0 == +0.0
+    for arr, dtype in ((X, "<f8"), (y, "<f8")):
+        a = np.ascontiguousarray(arr, dtype=dtype) + 0.0  # canonical zero: -0.0 + 0.0 == +0.0
         h.update(a.tobytes(order="C"))
+    for name, arr in (("instance", instance_per_row), ("arm", arm_per_row)):
+        if name in labels:
+            table, codes = _used_labels(labels[name], arr)
+            _hash_str_labels(h, table)
+            arr = codes
+        h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes(order="C"))
     return h.hexdigest()
+
+
+def _used_labels(labels: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The labels that ``codes`` use (in their order) and the codes into them."""
+    used = np.bincount(codes, minlength=labels.size) > 0
+    if used.all():
+        return labels, codes
+    new = np.cumsum(used) - 1
+    return labels[used], new[codes]
+
+
+def _hash_str_labels(h: Any, labels: np.ndarray) -> None:
+    """Feed a table of string labels to ``h``: their number, their UTF-8 lengths, their bytes."""
+    values = labels.tolist()
+    raw = "".join(values).encode("utf-8")
+    if len(raw) == sum(map(len, values)):  # ASCII: a character is a byte
+        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    else:
+        lengths = np.fromiter(
+            (len(v.encode("utf-8")) for v in values), dtype=np.int64, count=len(values)
+        )
+    h.update(np.int64(len(values)).astype("<i8").tobytes())
+    h.update(lengths.astype("<i8").tobytes())
+    h.update(raw)
+
+
+# ---------------------------------------------------------------------- labels (ids)
+
+
+def label_kind(labels: np.ndarray) -> str:
+    """What a table of labels holds, as ``HistoricalLog.provenance()["ids"]`` says it: ``"str"``
+    for string ids (an object or unicode array), else ``"int"``."""
+    return "str" if np.asarray(labels).dtype.kind in "OU" else "int"
+
+
+def _label_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a string id, or ``None`` when it can."""
+    if not isinstance(value, str):
+        return f"is not a string ({type(value).__name__})"
+    if not value:
+        return "is empty"
+    if "\x00" in value:
+        return "holds a NUL character"
+    if not value.strip():
+        return "is blank (whitespace only)"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate)"
+    return None
+
+
+def _first_bad_label(values: list[Any]) -> int | None:
+    """The position of the first value that cannot be a string id (:func:`_label_problem`), or
+    ``None``. The common case (all good) is checked in bulk, at C speed: the types, the empty
+    and whitespace-only strings, then one join for NUL characters and the UTF-8 encoding."""
+    if set(map(type, values)) <= {str} and all(values) and not any(map(str.isspace, values)):
+        joined = "".join(values)
+        if "\x00" not in joined:
+            try:
+                joined.encode("utf-8")
+                return None
+            except UnicodeEncodeError:
+                pass
+    return next((i for i, v in enumerate(values) if _label_problem(v) is not None), None)
+
+
+def _plain_str(values: list[Any]) -> list[Any]:
+    """``values`` with numpy ``str_`` (and other ``str`` subclasses) as plain ``str``."""
+    if set(map(type, values)) <= {str}:
+        return values
+    return [str(v) if isinstance(v, str) else v for v in values]
+
+
+def _sorted_unique(values: list[str]) -> bool:
+    """Whether ``values`` is strictly increasing."""
+    return all(map(operator.lt, values[:-1], values[1:]))
+
+
+def check_str_labels(values: Any, name: str, *, ordered: bool = True) -> np.ndarray:
+    """A 1-D table of string labels as an object array of plain ``str``, unique (and sorted, when
+    ``ordered``).
+
+    Every label must be a non-empty ``str`` that is not blank (whitespace only), holds no NUL
+    character and encodes as UTF-8 (no lone surrogates): the same rule as for the string ids of a
+    log, so that every label can be written to netCDF and read back unchanged.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``: not 1-D, a label that breaks the rule (with its position and value),
+        labels not unique, or (``ordered``) not sorted (code-point order, as Python compares
+        ``str``).
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array of labels, got shape {arr.shape}")
+    plain = _plain_str(arr.tolist())
+    i = _first_bad_label(plain)
+    if i is not None:
+        raise ValueError(f"{name}: label {i} ({_show(plain[i])}) {_label_problem(plain[i])}")
+    if ordered:
+        if not _sorted_unique(plain):
+            raise ValueError(f"{name} must be sorted and unique")
+    elif len(set(plain)) != len(plain):
+        raise ValueError(f"{name} must be unique")
+    out = np.empty(len(plain), dtype=object)
+    out[:] = plain
+    return out
+
+
+def check_id_labels(values: Any, name: str) -> np.ndarray:
+    """Ids as a coordinate holds them (a prior's ``arm``): integers (int64) or strings (an object
+    array of ``str``, :func:`check_str_labels`), unique, in any order.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``: not 1-D, neither integers nor strings (booleans, floats, bytes...), a
+        string id that is empty, blank, holds a NUL character or is not valid Unicode, or ids
+        that are not unique.
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind in "OU" and arr.size:
+        return check_str_labels(arr, name, ordered=False)
+    if arr.dtype.kind not in "iu" and arr.size:
+        raise ValueError(f"{name} must hold integer or string ids, got dtype {arr.dtype}")
+    out = arr.astype(np.int64)
+    if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} has ids too large for int64")
+    if np.unique(out).size != out.size:
+        raise ValueError(f"{name} must be unique")
+    return out
+
+
+def _check_labels(values: Any, name: str, *, non_empty: bool = True) -> np.ndarray:
+    """A label table of a log or summary: int64 ids, or an object array of ``str``
+    (:func:`check_str_labels`); sorted and unique either way."""
+    lab = np.asarray(values)
+    if lab.ndim == 1 and lab.dtype.kind in "OU" and lab.size:
+        return check_str_labels(lab, name)
+    if lab.ndim != 1 or lab.dtype.kind not in "iu" or (non_empty and lab.size == 0):
+        what = "a non-empty 1-D" if non_empty else "a 1-D"
+        raise ValueError(f"{name} must be {what} integer array or array of strings")
+    lab = lab.astype(np.int64)
+    if lab.size > 1 and np.any(np.diff(lab) <= 0):
+        raise ValueError(f"{name} must be sorted and unique")
+    return lab
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,15 +291,17 @@ class HistoricalLog:
         Arm codes in ``[0, K)``; ``arm_labels[arm[t]]`` is the original id.
     features : tuple of str
         Feature (column) names, one per column of ``X``.
-    instance_labels : ndarray, shape (N,), int64
-        The original instance ids, sorted and unique.
-    arm_labels : ndarray, shape (K,), int64
-        The original arm ids, sorted and unique (``[0]`` for a single-arm log).
+    instance_labels : ndarray, shape (N,), int64 or object
+        The original instance ids, sorted and unique: int64 for integer ids, an object array of
+        ``str`` for string ids (sorted by code point, as Python sorts ``str``).
+    arm_labels : ndarray, shape (K,), int64 or object
+        The original arm ids, likewise (``[0]`` for a single-arm log).
     source : str
         Where the data came from: a file path, ``"DataFrame"`` or ``"xarray.Dataset"``.
     data_hash : str
         SHA-256 hex digest of the content (``X``, ``y``, the per-row instance and arm ids and the
-        feature names, in row order); independent of ``source`` and of the column names.
+        feature names, in row order); independent of ``source`` and of the column names. String
+        ids hash by their UTF-8 bytes, so the ids ``"5"`` and ``5`` give different hashes.
     instance_column, arm_column, reward_column : str
         The column names read (``arm_column`` is ``None`` for a single-arm log).
     ignored_columns : tuple of (str, str)
@@ -135,7 +312,9 @@ class HistoricalLog:
     Notes
     -----
     Two logs compare equal when they hold the same data (same hash and arrays), whatever their
-    source. The arrays are read-only.
+    source. The arrays are read-only. String labels are kept as an object array of ``str``
+    rather than a fixed-width unicode array, whose every entry would take four bytes per
+    character of the longest id.
     """
 
     X: np.ndarray
@@ -177,25 +356,22 @@ class HistoricalLog:
         codes = {}
         labels = {}
         for name in ("instance", "arm"):
-            lab = np.asarray(getattr(self, f"{name}_labels"))
+            lab = _check_labels(getattr(self, f"{name}_labels"), f"{name}_labels")
             code = np.asarray(getattr(self, name))
-            if lab.ndim != 1 or lab.dtype.kind not in "iu" or lab.size == 0:
-                raise ValueError(f"{name}_labels must be a non-empty 1-D integer array")
-            lab = lab.astype(np.int64)
-            if lab.size > 1 and np.any(np.diff(lab) <= 0):
-                raise ValueError(f"{name}_labels must be sorted and unique")
             if code.shape != (T,) or (T and code.dtype.kind not in "iu"):
                 raise ValueError(f"{name} must be an integer array of shape ({T},)")
             code = code.astype(np.int64)
             if T and (code.min() < 0 or code.max() >= lab.size):
                 raise ValueError(f"{name} codes must be in [0, {lab.size})")
             codes[name], labels[name] = code, lab
+        strings = {name: lab for name, lab in labels.items() if lab.dtype.kind == "O"}
         digest = _content_hash(
             X,
             y,
-            labels["instance"][codes["instance"]],
-            labels["arm"][codes["arm"]],
+            codes["instance"] if "instance" in strings else labels["instance"][codes["instance"]],
+            codes["arm"] if "arm" in strings else labels["arm"][codes["arm"]],
             features,
+            strings,
         )
         if self.data_hash and self.data_hash != digest:
             raise ValueError("data_hash does not match the data")
@@ -338,8 +514,15 @@ class HistoricalLog:
         )
         return ds
 
+    @property
+    def id_kinds(self) -> dict[str, str]:
+        """What the ids are, per column: ``{"instance": "int" or "str", "arm": ...}``."""
+        return {"instance": label_kind(self.instance_labels), "arm": label_kind(self.arm_labels)}
+
     def provenance(self) -> dict[str, Any]:
-        """A JSON-serialisable record of where the log came from and what it holds."""
+        """A JSON-serialisable record of where the log came from and what it holds (``ids``:
+        whether the instance and arm ids were integers or strings; the ids themselves are not
+        recorded)."""
         return {
             "source": self.source,
             "data_hash": self.data_hash,
@@ -347,6 +530,7 @@ class HistoricalLog:
             "n_instances": self.n_instances,
             "n_arms": self.n_arms,
             "n_features": self.n_features,
+            "ids": self.id_kinds,
             "features": list(self.features),
             "ignored_columns": dict(self.ignored_columns),
             "columns": {
@@ -446,6 +630,10 @@ def _check_csv_header(header: list[str], path: Path) -> None:
             f"{'' if len(dups) == 1 else 's'} more than once ({where}; columns counted from 1); "
             "every column needs its own name"
         )
+
+
+#: the sources of :func:`_load` that are not files
+_IN_MEMORY = ("DataFrame", "xarray.Dataset")
 
 
 def _load(data: Any) -> tuple[pd.DataFrame, str]:
@@ -669,6 +857,143 @@ def _ids(series: pd.Series, column: str, role: str) -> np.ndarray:
     return out
 
 
+def _decategorise(series: pd.Series) -> pd.Series:
+    """A categorical column (a hive partition key, say) as its categories' values."""
+    if not isinstance(series.dtype, pd.CategoricalDtype):
+        return series
+    cats = series.cat.categories
+    if series.isna().any() and cats.dtype.kind in "iub":
+        return series.astype(np.float64)
+    return series.astype(cats.dtype)
+
+
+def _is_text_dtype(dtype: Any) -> bool:
+    """Object, pandas string, Arrow string or categorical-of-text dtype: ids that may be str."""
+    if isinstance(dtype, pd.CategoricalDtype):
+        return getattr(dtype.categories.dtype, "kind", "O") not in "biufcmM"
+    if pd.api.types.is_object_dtype(dtype) or isinstance(dtype, pd.StringDtype):
+        return True
+    return isinstance(dtype, pd.ArrowDtype) and dtype.kind in "OU"
+
+
+def _first_row(codes: np.ndarray, which: np.ndarray) -> int:
+    """The first row whose code is one of the uniques flagged in ``which``."""
+    return int(np.flatnonzero(which[np.maximum(codes, 0)] & (codes >= 0))[0])
+
+
+def _id_codes(
+    series: pd.Series, column: str, role: str, *, sort: bool = True, csv: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Validate an id column of integers or strings.
+
+    Returns ``(ids, None)`` for non-negative integer ids (int64, exactly :func:`_ids`; also for a
+    categorical column of integers), or ``(codes, labels)`` for string ids: ``labels`` an object
+    array of the distinct ids (plain ``str``; sorted by code point when ``sort``, else in order
+    of first appearance) and ``codes`` (int64, per row) the position of each row's id in it.
+
+    String ids come from a column of dtype object (every value a ``str``), a pandas string or
+    Arrow string dtype, or a categorical column of strings. Refused, naming the column, the
+    first row and its value: a column that mixes strings and other values (integers, floats,
+    booleans, bytes); missing ids (None, NaN, NA); ids that are empty, blank, hold a NUL
+    character or are not valid Unicode; values that are neither numbers nor strings (bytes,
+    tuples...). ``csv``: the column was read from a CSV file, where every cell is text; a column
+    in which some ids look like numbers and others do not is then refused as a stray text cell
+    in a column of numbers (pandas reads a column of numbers as numbers).
+
+    Cost: one hash-based factorisation of the column (about the cost of ``np.unique`` on integer
+    ids), a Python-level check and sort of the distinct ids only (O(U log U) for U distinct ids,
+    never quadratic), and no copy of the per-row strings.
+    """
+    dtype = series.dtype
+    if isinstance(dtype, pd.CategoricalDtype) and not _is_text_dtype(dtype):
+        return _ids(_decategorise(series), column, role), None
+    if not _is_text_dtype(dtype):
+        return _ids(series, column, role), None
+    what = f"{role} column {column!r}"
+    try:
+        codes, uniques = pd.factorize(series, sort=False, use_na_sentinel=True)
+    except TypeError:  # unhashable values (lists, dicts...)
+        i = next(i for i, v in enumerate(series) if not (_is_number(v) or isinstance(v, str)))
+        value = series.iloc[i]
+        raise TypeError(
+            f"{what} must hold non-negative integer or string ids, got "
+            f"{type(value).__name__} {_show(value)} at row {i}"
+        ) from None
+    codes = np.asarray(codes, dtype=np.int64)
+    values = np.asarray(uniques, dtype=object)
+    if set(map(type, values.tolist())) <= {str}:
+        is_str = np.ones(values.size, dtype=bool)
+    else:
+        is_str = np.fromiter((isinstance(v, str) for v in values), dtype=bool, count=values.size)
+    if not is_str.any():
+        is_number = np.fromiter(map(_is_number, values), dtype=bool, count=values.size)
+        if is_number.all():  # numbers stored as objects, or nothing at all: the integer rules
+            return _ids(series, column, role), None
+        i = _first_row(codes, ~is_number)
+        value = series.iloc[i]
+        hint = " (decode bytes to str first)" if isinstance(value, bytes) else ""
+        raise TypeError(
+            f"{what} must hold non-negative integer or string ids, got "
+            f"{type(value).__name__} {_show(value)} at row {i}{hint}"
+        )
+    if not is_str.all():
+        i, j = _first_row(codes, is_str), _first_row(codes, ~is_str)
+        other = series.iloc[j]
+        n_str = int(np.count_nonzero(is_str[codes[codes >= 0]]))
+        n_other = int(np.count_nonzero(codes >= 0)) - n_str
+        raise TypeError(
+            f"{what} mixes string ids with other values: {n_str} rows hold strings (first "
+            f"{_show(series.iloc[i])} at row {i}) and {n_other} hold other values (first "
+            f"{type(other).__name__} {_show(other)} at row {j}); the ids of a column must be "
+            "all non-negative integers or all strings"
+        )
+    missing = codes < 0
+    if missing.any():
+        raise ValueError(
+            f"{what} has {int(missing.sum())} rows with missing ids (None, NaN or NA; first "
+            f"at row {int(np.flatnonzero(missing)[0])})"
+        )
+    if csv:
+        looks = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").notna()
+        looks = looks.to_numpy(dtype=bool)
+        if looks.any() and not looks.all():
+            per_row = looks[codes]
+            n_num = int(per_row.sum())
+            minority = ~looks if n_num * 2 >= codes.size else looks
+            i = _first_row(codes, minority)
+            kind = "is not a number" if n_num * 2 >= codes.size else "is a number"
+            raise TypeError(
+                f"{what} mixes numbers and text: {n_num} of {codes.size} rows hold numbers; "
+                f"row {i} (0-based, header not counted) holds {_show(series.iloc[i])}, which "
+                f"{kind}. In a CSV file the ids of a column must be all integers or all text "
+                "that is not a number (to take them all as strings, read the file with pandas, "
+                f"dtype={{{column!r}: str}}, and pass the DataFrame)"
+            )
+    plain = _plain_str(values.tolist())
+    k = _first_bad_label(plain)
+    if k is not None:
+        i = _first_row(codes, np.arange(values.size) == k)
+        raise ValueError(
+            f"{what} must hold non-empty string ids, but row {i} holds {_show(plain[k])}, "
+            f"which {_label_problem(plain[k])}"
+        )
+    values = np.empty(len(plain), dtype=object)
+    values[:] = plain
+    if sort and values.size > 1:
+        order = np.array(sorted(range(values.size), key=plain.__getitem__))
+        rank = np.empty(values.size, dtype=np.int64)
+        rank[order] = np.arange(values.size)
+        values, codes = values[order], rank[codes]
+    return codes, values
+
+
+def _is_number(value: Any) -> bool:
+    """A Python or NumPy number that is not a boolean."""
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
 def _numeric(series: pd.Series, column: str, role: str) -> np.ndarray:
     """Validate a reward/feature column and return it as finite float64."""
     if getattr(series.dtype, "kind", "O") not in "biuf":
@@ -704,9 +1029,10 @@ def read_log(
         deadline and size limits, :func:`hierbandit._container.read_netcdf`). A Dataset must hold its columns as variables along one row dimension (the
         dimension's index coordinate is not a column). A HistoricalLog is returned as is.
     instance : str, default "instance"
-        Column of instance (user) ids: non-negative integers.
+        Column of instance (user) ids: non-negative integers, or strings (see the module's
+        conventions).
     arm : str or None, default "arm"
-        Column of arm ids: non-negative integers. ``None`` means a single-arm log (every row is
+        Column of arm ids: non-negative integers or strings. ``None`` means a single-arm log (every row is
         arm ``0``); so does the default ``"arm"`` when the data has no such column. A non-default
         arm column that is missing is an error.
     reward : str, default "reward"
@@ -739,12 +1065,14 @@ def read_log(
         Unsupported ``data`` type, wrong argument types, a non-numeric reward, id or explicitly
         listed feature column, an inferred feature column that mixes numbers and text or holds
         numbers with dtype ``object`` (the message names the column and, for a text cell, its
-        row and value), or ids that are not integers.
+        row and value), ids that are neither integers nor strings, or an id column that mixes
+        strings and other values.
     ValueError
         Unreadable file or unknown extension, a CSV header or DataFrame naming a column twice,
         empty data, missing columns (with close matches suggested), no or duplicate features, a
         feature that is also the instance/arm/reward column, NaN or inf in the reward or
-        features, or missing/negative ids.
+        features, missing/negative ids, or empty, blank, NUL-holding or invalid Unicode string
+        ids.
 
     Examples
     --------
@@ -754,6 +1082,10 @@ def read_log(
     >>> log = read_log(df, features=["x"])
     >>> log.instance.tolist(), log.instance_labels.tolist(), log.arm.tolist()
     ([1, 0, 1], [3, 7], [0, 0, 1])
+    >>> named = read_log(df.assign(instance=["u_7", "u_3", "u_7"], arm=["b", "b", "a"]),
+    ...                  features=["x"])
+    >>> named.instance_labels.tolist(), named.arm_labels.tolist(), named.arm.tolist()
+    (['u_3', 'u_7'], ['a', 'b'], [1, 1, 0])
     """
     if isinstance(data, HistoricalLog):
         return data
@@ -825,9 +1157,11 @@ def read_log(
                 raise _not_numeric_error(series, f"features: column {f!r}", "must be numeric")
 
     # -- values (all checked before anything is built)
-    inst_ids = _ids(frame[by_name[instance_col]], instance_col, "instance")
+    csv = source not in _IN_MEMORY and _suffix(Path(source))[0] == "csv"
+    inst_ids, inst_str = _id_codes(frame[by_name[instance_col]], instance_col, "instance", csv=csv)
+    arm_str = None
     if arm_col is not None:
-        arm_ids = _ids(frame[by_name[arm_col]], arm_col, "arm")
+        arm_ids, arm_str = _id_codes(frame[by_name[arm_col]], arm_col, "arm", csv=csv)
     else:
         arm_ids = np.zeros(frame.shape[0], dtype=np.int64)
     y = _numeric(frame[by_name[reward_col]], reward_col, "reward")
@@ -835,8 +1169,15 @@ def read_log(
     for j, f in enumerate(feature_cols):
         X[:, j] = _numeric(frame[by_name[f]], f, "feature")
 
-    inst_labels, inst_codes = np.unique(inst_ids, return_inverse=True)
-    arm_labels, arm_codes = np.unique(arm_ids, return_inverse=True)
+    # string ids come coded already (sorted labels, only those that occur)
+    if inst_str is None:
+        inst_labels, inst_codes = np.unique(inst_ids, return_inverse=True)
+    else:
+        inst_labels, inst_codes = inst_str, inst_ids
+    if arm_str is None:
+        arm_labels, arm_codes = np.unique(arm_ids, return_inverse=True)
+    else:
+        arm_labels, arm_codes = arm_str, arm_ids
     if features is None:
         # after every check (a refused log warns of nothing), and attributed to the first caller
         # outside the package (fit_prior, compare_closed_form... read logs too)

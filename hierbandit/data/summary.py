@@ -16,15 +16,19 @@ What a part holds
 Only the cells (arm, instance pairs, by their original ids) that occur in the part, each with its
 row count and the sums Σy, Σy², Σx, Σxxᵀ (upper triangle) and Σxy; per arm the smallest and
 largest reward; the number of rows; and an order-independent fingerprint of the rows. Its size is
-the number of distinct cells of the part, never a dense (K, N, d, d) array.
+the number of distinct cells of the part, never a dense (K, N, d, d) array. String ids are held
+as the table of the distinct strings of the part and integer codes into it; adding parts merges
+the tables by the strings themselves (exactly: no string is ever replaced by a hash of it).
 
 The hash
 --------
 ``LogSummary.data_hash`` identifies the **rows** the summary was computed from, as a multiset:
-each row (instance id, arm id, reward, features, as int64 / float64, ``-0.0`` as ``0.0``) is
-hashed to 64 bits with :func:`pandas.util.hash_pandas_object`, and the sums of the hashes and of
-their squares (modulo 2⁶⁴) are the fingerprint; the digest is a SHA-256 over a version tag, the
-number of rows, the feature names and that fingerprint. It therefore does not depend on how the
+each row (instance id, arm id, reward, features, as int64 / float64, ``-0.0`` as ``0.0``; a
+string id as the 64-bit hash of its UTF-8 bytes, :func:`pandas.util.hash_array`) is hashed to 64
+bits with :func:`pandas.util.hash_pandas_object`, and the sums of the hashes and of their squares
+(modulo 2⁶⁴) are the fingerprint; the digest is a SHA-256 over a version tag, the number of rows,
+the feature names, which id columns hold strings (only when some do, so that a summary of integer
+ids hashes as it did before string ids existed) and that fingerprint. It therefore does not depend on how the
 rows are partitioned, in which order the parts are added up, nor on the rounding of the
 floating-point sums, so the same data give the same hash on every run, from Dask or in memory.
 It differs from :attr:`HistoricalLog.data_hash <hierbandit.data.HistoricalLog>`, which hashes the
@@ -50,11 +54,16 @@ from hierbandit.data.log import (
     _check_column_name,
     _check_counts,
     _check_features_arg,
+    _check_labels,
     _check_listed_features,
-    _ids,
+    _decategorise,
+    _hash_str_labels,
+    _id_codes,
+    _is_text_dtype,
     _missing_column,
     _no_features_error,
     _numeric,
+    label_kind,
 )
 from hierbandit.stats.suffstats import SuffStats
 
@@ -214,16 +223,14 @@ class LogSummary:
         labels = {}
         for name, size in (("instance_labels", N), ("arm_labels", K)):
             lab = np.asarray(getattr(self, name))
-            if lab.ndim != 1 or lab.dtype.kind not in "iu":
-                raise ValueError(f"{name} must be a 1-D integer array")
+            if lab.ndim != 1 or lab.dtype.kind not in "iuOU":
+                raise ValueError(f"{name} must be a 1-D integer array or array of strings")
             if lab.size != size:
                 raise ValueError(
                     f"{name} must have {size} entries (the shape of n), got {lab.size}"
                 )
-            lab = lab.astype(np.int64)
-            if lab.size > 1 and np.any(np.diff(lab) <= 0):
-                raise ValueError(f"{name} must be sorted and unique")
-            if np.any(lab < 0):
+            lab = _check_labels(lab, name)
+            if lab.dtype.kind != "O" and np.any(lab < 0):
                 raise ValueError(f"{name} must be non-negative ids")
             labels[name] = lab
         if np.any(n.sum(axis=1) == 0):
@@ -282,6 +289,11 @@ class LogSummary:
         <hierbandit.data.HistoricalLog.suffstats>` returns them (writable copies)."""
         return SuffStats(self.G.copy(), self.b.copy(), self.q.copy(), self.n.copy())
 
+    @property
+    def id_kinds(self) -> dict[str, str]:
+        """What the ids are, per column: ``{"instance": "int" or "str", "arm": ...}``."""
+        return {"instance": label_kind(self.instance_labels), "arm": label_kind(self.arm_labels)}
+
     def provenance(self) -> dict[str, Any]:
         """A JSON-serialisable record of where the log came from and what it holds, with the
         keys of :meth:`HistoricalLog.provenance <hierbandit.data.HistoricalLog.provenance>` and
@@ -294,6 +306,7 @@ class LogSummary:
             "n_instances": self.n_instances,
             "n_arms": self.n_arms,
             "n_features": self.n_features,
+            "ids": self.id_kinds,
             "features": list(self.features),
             "ignored_columns": dict(self.ignored_columns),
             "columns": {
@@ -342,17 +355,32 @@ def _summary_hash(values: dict[str, Any], n_rows: int) -> str:
     """The digest of the module's notes: of the rows' fingerprint when known, else of the
     statistics (version tag, a JSON header, then every array as little-endian bytes)."""
     features = list(values["features"])
+    kinds = {
+        "instance": label_kind(values["instance_labels"]),
+        "arm": label_kind(values["arm_labels"]),
+    }
+    # the header names the kinds of ids only when some are strings: a summary of integer ids
+    # hashes exactly as before string ids existed
+    ids = {"ids": kinds} if "str" in kinds.values() else {}
     if values["rows_fingerprint"]:
         h = hashlib.sha256(_TAG_ROWS)
-        header = {"n_rows": n_rows, "features": features, "rows": values["rows_fingerprint"]}
+        header = {
+            "n_rows": n_rows,
+            "features": features,
+            "rows": values["rows_fingerprint"],
+            **ids,
+        }
         h.update(json.dumps(header, sort_keys=True, ensure_ascii=True).encode("ascii"))
         return h.hexdigest()
     h = hashlib.sha256(_TAG_STATS)
-    header = {"n_rows": n_rows, "features": features, "shape": list(values["n"].shape)}
+    header = {"n_rows": n_rows, "features": features, "shape": list(values["n"].shape), **ids}
     h.update(json.dumps(header, sort_keys=True, ensure_ascii=True).encode("ascii"))
     h.update(b"\x00")
     for name in ("instance_labels", "arm_labels", "n"):
-        h.update(np.ascontiguousarray(values[name], dtype="<i8").tobytes())
+        if values[name].dtype.kind == "O":
+            _hash_str_labels(h, values[name])
+        else:
+            h.update(np.ascontiguousarray(values[name], dtype="<i8").tobytes())
     for name in ("G", "b", "q", "sum_y", "sum_x", "y_min", "y_max"):
         h.update((np.ascontiguousarray(values[name], dtype="<f8") + 0.0).tobytes())
     return h.hexdigest()
@@ -370,6 +398,14 @@ class PartialStats:
     the part with their smallest and largest reward ``y_min``, ``y_max``; ``fingerprint`` the
     two sums (mod 2⁶⁴) of the rows' hashes and of their squares. The cells (``arm``,
     ``instance``) are unique; so are ``arm_ids``.
+
+    Integer ids are held as themselves (int64). String ids are held as a table of the distinct
+    strings of the part (``instance_labels`` / ``arm_labels``: object arrays of ``str``, in no
+    particular order, each id once) and int64 codes into it in ``instance``, ``arm`` and
+    ``arm_ids``; the table is ``None`` for integer ids. :func:`combine_partials` merges the
+    tables exactly (by the strings themselves, never by a hash of them), and
+    :func:`summary_from_partial` sorts them once. ``id_columns`` names the instance and arm
+    columns, for messages.
     """
 
     arm: np.ndarray
@@ -382,6 +418,9 @@ class PartialStats:
     n_rows: int
     n_features: int
     fingerprint: tuple[int, int]
+    instance_labels: np.ndarray | None = None
+    arm_labels: np.ndarray | None = None
+    id_columns: tuple[str, str | None] = ("instance", "arm")
 
     @property
     def n_cells(self) -> int:
@@ -390,10 +429,16 @@ class PartialStats:
 
     @property
     def nbytes(self) -> int:
-        """Memory held by the arrays."""
+        """Memory held by the arrays (a string id counts its characters and a pointer)."""
+        strings = sum(
+            8 * t.size + sum(map(len, t))
+            for t in (self.instance_labels, self.arm_labels)
+            if t is not None
+        )
         return (
             sum(a.nbytes for a in (self.arm, self.instance, self.n, self.sums, self.arm_ids))
             + 2 * self.y_min.nbytes
+            + strings
         )
 
 
@@ -416,10 +461,31 @@ def _group(arm: np.ndarray, inst: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     )
 
 
+def _label_hashes(labels: np.ndarray | None) -> np.ndarray | None:
+    """64-bit hashes of string ids (:func:`pandas.util.hash_array` of the strings' UTF-8 bytes,
+    with pandas' fixed key: the same in every process and run)."""
+    if labels is None:
+        return None
+    if labels.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    return pd.util.hash_array(np.asarray(labels, dtype=object), categorize=False)
+
+
 def _fingerprint(
-    inst: np.ndarray, arm: np.ndarray, y: np.ndarray, X: np.ndarray
+    inst: np.ndarray,
+    arm: np.ndarray,
+    y: np.ndarray,
+    X: np.ndarray,
+    inst_hash: np.ndarray | None = None,
+    arm_hash: np.ndarray | None = None,
 ) -> tuple[int, int]:
-    cols: dict[str, np.ndarray] = {"i": inst, "a": arm, "y": y + 0.0}
+    """The two sums of the rows' 64-bit hashes. A row's ids enter as themselves (int64), or, for
+    string ids, as the 64-bit hash of the string (``*_hash[code]``, uint64)."""
+    cols: dict[str, np.ndarray] = {
+        "i": inst if inst_hash is None else inst_hash[inst],
+        "a": arm if arm_hash is None else arm_hash[arm],
+        "y": y + 0.0,
+    }
     for j in range(X.shape[1]):
         cols[f"x{j}"] = X[:, j] + 0.0
     h = pd.util.hash_pandas_object(pd.DataFrame(cols, copy=False), index=False).to_numpy()
@@ -427,15 +493,47 @@ def _fingerprint(
     return int(h.sum(dtype=np.uint64)), int((h * h).sum(dtype=np.uint64))
 
 
+def _label_table(labels: Any, codes: np.ndarray, name: str) -> np.ndarray | None:
+    """Check a table of string ids given to :func:`partial_from_arrays` with its codes."""
+    if labels is None:
+        return None
+    table = np.asarray(labels)
+    if table.ndim != 1 or table.dtype.kind not in "OU":
+        raise ValueError(f"{name} must be a 1-D array of strings or None")
+    values = table.tolist()
+    if not set(map(type, values)) <= {str}:
+        values = [str(v) if isinstance(v, str) else v for v in values]
+        if not all(type(v) is str for v in values):
+            raise TypeError(f"{name} must hold str")
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    if codes.size and (codes.min() < 0 or codes.max() >= out.size):
+        raise ValueError(f"the codes of {name} must be in [0, {out.size})")
+    return out
+
+
 def partial_from_arrays(
-    instance_ids: np.ndarray, arm_ids: np.ndarray, y: np.ndarray, X: np.ndarray
+    instance_ids: np.ndarray,
+    arm_ids: np.ndarray,
+    y: np.ndarray,
+    X: np.ndarray,
+    *,
+    instance_labels: Any = None,
+    arm_labels: Any = None,
+    id_columns: tuple[str, str | None] = ("instance", "arm"),
 ) -> PartialStats:
     """The :class:`PartialStats` of validated rows: non-negative int64 ids (T,), finite float64
-    rewards (T,) and features (T, d)."""
+    rewards (T,) and features (T, d).
+
+    For string ids, pass the table of distinct strings as ``instance_labels`` / ``arm_labels``
+    (each id once, any order) and the rows' codes into it as ``instance_ids`` / ``arm_ids``.
+    """
     inst = np.ascontiguousarray(instance_ids, dtype=np.int64)
     arm = np.ascontiguousarray(arm_ids, dtype=np.int64)
     y = np.ascontiguousarray(y, dtype=np.float64)
     X = np.ascontiguousarray(X, dtype=np.float64)
+    inst_table = _label_table(instance_labels, inst, "instance_labels")
+    arm_table = _label_table(arm_labels, arm, "arm_labels")
     T, d = X.shape
     codes, cell_arm, cell_inst = _group(arm, inst)
     C = cell_arm.size
@@ -455,6 +553,11 @@ def partial_from_arrays(
     else:
         arm_set = np.zeros(0, dtype=np.int64)
         y_min = y_max = np.zeros(0)
+    fingerprint = (0, 0)
+    if T:
+        fingerprint = _fingerprint(
+            inst, arm, y, X, _label_hashes(inst_table), _label_hashes(arm_table)
+        )
     return PartialStats(
         arm=cell_arm,
         instance=cell_inst,
@@ -465,18 +568,11 @@ def partial_from_arrays(
         y_max=y_max,
         n_rows=int(T),
         n_features=int(d),
-        fingerprint=_fingerprint(inst, arm, y, X) if T else (0, 0),
+        fingerprint=fingerprint,
+        instance_labels=inst_table,
+        arm_labels=arm_table,
+        id_columns=id_columns,
     )
-
-
-def _decategorise(series: pd.Series) -> pd.Series:
-    """A categorical column (a hive partition key, say) as its categories' values."""
-    if not isinstance(series.dtype, pd.CategoricalDtype):
-        return series
-    cats = series.cat.categories
-    if series.isna().any() and cats.dtype.kind in "iub":
-        return series.astype(np.float64)
-    return series.astype(cats.dtype)
 
 
 def partial_stats(
@@ -503,13 +599,15 @@ def partial_stats(
     Raises
     ------
     ValueError, TypeError
-        As :func:`~hierbandit.data.read_log` does, naming the column: ids that are not
-        non-negative integers, rewards or features that are not finite numbers.
+        As :func:`~hierbandit.data.read_log` does, naming the column: ids that are neither
+        non-negative integers nor strings (or a column that mixes them), rewards or features
+        that are not finite numbers.
     """
     try:
-        inst_ids = _ids(_decategorise(frame[instance]), instance, "instance")
+        inst_ids, inst_labels = _part_ids(frame[instance], instance, "instance")
+        arm_labels = None
         if arm is not None:
-            arm_ids = _ids(_decategorise(frame[arm]), arm, "arm")
+            arm_ids, arm_labels = _part_ids(frame[arm], arm, "arm")
         else:
             arm_ids = np.zeros(len(frame), dtype=np.int64)
         y = _numeric(_decategorise(frame[reward]), reward, "reward")
@@ -520,13 +618,65 @@ def partial_stats(
         if partition is None:
             raise
         raise type(exc)(f"{exc} (in partition {partition}; rows counted within it)") from None
-    return partial_from_arrays(inst_ids, arm_ids, y, X)
+    return partial_from_arrays(
+        inst_ids,
+        arm_ids,
+        y,
+        X,
+        instance_labels=inst_labels,
+        arm_labels=arm_labels,
+        id_columns=(instance, arm),
+    )
+
+
+def _part_ids(series: pd.Series, column: str, role: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The ids of one part: :func:`~hierbandit.data.log._id_codes` (string ids unsorted: they are
+    sorted once, in :func:`summary_from_partial`); an empty part of a text column holds string
+    ids, none of them."""
+    if len(series) == 0 and _is_text_dtype(series.dtype):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+    return _id_codes(series, column, role, sort=False)
+
+
+def _merge_tables(
+    parts: list[PartialStats], attr: str, role: str
+) -> tuple[list[np.ndarray] | None, np.ndarray | None]:
+    """Merge the string-id tables ``attr`` of ``parts``: for each part the map from its codes to
+    the merged table's, and the merged table (each string once, in order of first appearance);
+    ``(None, None)`` for integer ids. Exact: the strings are matched by value (a hash table
+    resolves collisions by comparing them), not by a hash of them.
+
+    Raises
+    ------
+    TypeError
+        Naming the column: some parts (with rows) hold string ids and others integer ids.
+    """
+    live = [i for i, p in enumerate(parts) if p.n_cells]
+    strings = [i for i in live if getattr(parts[i], attr) is not None]
+    if not strings:
+        return None, None
+    if len(strings) != len(live):
+        ints = next(i for i in live if getattr(parts[i], attr) is None)
+        column = parts[strings[0]].id_columns[0 if role == "instance" else 1]
+        raise TypeError(
+            f"{role} column {column!r} holds string ids in some parts of the log and integer "
+            f"ids in others (parts {strings[0]} and {ints} of this combination); the ids of a "
+            "column must be all non-negative integers or all strings"
+        )
+    empty = np.zeros(0, dtype=object)
+    tables = [getattr(p, attr) if getattr(p, attr) is not None else empty for p in parts]
+    codes, uniques = pd.factorize(np.concatenate(tables), sort=False)
+    bounds = np.cumsum([0] + [t.size for t in tables])
+    maps = [np.asarray(codes[bounds[i] : bounds[i + 1]], dtype=np.int64) for i in range(len(parts))]
+    return maps, np.asarray(uniques, dtype=object)
 
 
 def combine_partials(parts: Sequence[PartialStats]) -> PartialStats:
     """Add up the statistics of disjoint sets of rows (any grouping, any order).
 
     The cells of the result are unique; the sums of a cell are added in the order of ``parts``.
+    String ids are matched by value across the parts (their tables merged exactly); a column
+    whose ids are strings in some parts and integers in others is refused (``TypeError``).
     """
     parts = list(parts)
     if not parts:
@@ -539,8 +689,16 @@ def combine_partials(parts: Sequence[PartialStats]) -> PartialStats:
             raise ValueError(f"parts disagree on the number of features ({p.n_features} vs {d})")
     if len(parts) == 1:
         return parts[0]
-    arm = np.concatenate([p.arm for p in parts])
-    inst = np.concatenate([p.instance for p in parts])
+    inst_maps, inst_table = _merge_tables(parts, "instance_labels", "instance")
+    arm_maps, arm_table = _merge_tables(parts, "arm_labels", "arm")
+
+    def ids(attr: str, maps: list[np.ndarray] | None) -> np.ndarray:
+        if maps is None:
+            return np.concatenate([getattr(p, attr) for p in parts])
+        return np.concatenate([m[getattr(p, attr)] for p, m in zip(parts, maps, strict=True)])
+
+    arm = ids("arm", arm_maps)
+    inst = ids("instance", inst_maps)
     codes, cell_arm, cell_inst = _group(arm, inst)
     C = cell_arm.size
     stacked = np.concatenate([p.sums for p in parts])
@@ -550,8 +708,7 @@ def combine_partials(parts: Sequence[PartialStats]) -> PartialStats:
     # counts below 2**53 are exact in float64
     counts = np.concatenate([p.n for p in parts]).astype(np.float64)
     n = np.rint(np.bincount(codes, weights=counts, minlength=C)).astype(np.int64)
-    ids = np.concatenate([p.arm_ids for p in parts])
-    arm_set, where = np.unique(ids, return_inverse=True)
+    arm_set, where = np.unique(ids("arm_ids", arm_maps), return_inverse=True)
     y_min = np.full(arm_set.size, np.inf)
     y_max = np.full(arm_set.size, -np.inf)
     np.minimum.at(y_min, where, np.concatenate([p.y_min for p in parts]))
@@ -570,7 +727,28 @@ def combine_partials(parts: Sequence[PartialStats]) -> PartialStats:
             sum(p.fingerprint[0] for p in parts) % _MOD,
             sum(p.fingerprint[1] for p in parts) % _MOD,
         ),
+        instance_labels=inst_table,
+        arm_labels=arm_table,
+        id_columns=parts[0].id_columns,
     )
+
+
+def _final_labels(
+    table: np.ndarray | None, ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The sorted labels of the ids that occur in ``ids`` (the cells' ids or codes), the
+    cells' codes into them, and for string ids the map from table codes to them."""
+    if table is None:
+        labels, codes = np.unique(ids, return_inverse=True)
+        return labels.astype(np.int64), codes.reshape(-1), None
+    used = np.flatnonzero(np.bincount(ids, minlength=table.size) > 0)
+    present = table[used].tolist()
+    order = np.array(sorted(range(len(present)), key=present.__getitem__), dtype=np.int64)
+    remap = np.full(table.size, -1, dtype=np.int64)
+    remap[used[order]] = np.arange(order.size)
+    labels = np.empty(order.size, dtype=object)
+    labels[:] = [present[i] for i in order]
+    return labels, remap[ids], remap
 
 
 def summary_from_partial(
@@ -599,9 +777,8 @@ def summary_from_partial(
     d = part.n_features
     if len(features) != d:
         raise ValueError(f"features must name the {d} features of the statistics, got {features}")
-    inst_labels, ic = np.unique(part.instance, return_inverse=True)
-    arm_labels, ac = np.unique(part.arm, return_inverse=True)
-    ic, ac = ic.reshape(-1), ac.reshape(-1)
+    inst_labels, ic, _ = _final_labels(part.instance_labels, part.instance)
+    arm_labels, ac, arm_remap = _final_labels(part.arm_labels, part.arm)
     K, N = arm_labels.size, inst_labels.size
     n = np.zeros((K, N), dtype=np.int64)
     n[ac, ic] = part.n
@@ -618,7 +795,9 @@ def summary_from_partial(
         G[ac, ic, j, i] = s[:, 2 + d + c]
     b = np.zeros((K, N, d))
     b[ac, ic] = s[:, 2 + d + d * (d + 1) // 2 :]
-    pos = np.searchsorted(arm_labels, part.arm_ids)
+    pos = (
+        np.searchsorted(arm_labels, part.arm_ids) if arm_remap is None else arm_remap[part.arm_ids]
+    )
     y_min = np.zeros(K)
     y_max = np.zeros(K)
     y_min[pos], y_max[pos] = part.y_min, part.y_max
@@ -632,8 +811,8 @@ def summary_from_partial(
         sum_x=sum_x,
         y_min=y_min,
         y_max=y_max,
-        instance_labels=inst_labels.astype(np.int64),
-        arm_labels=arm_labels.astype(np.int64),
+        instance_labels=inst_labels,
+        arm_labels=arm_labels,
         features=features,
         instance_column=instance_column,
         arm_column=arm_column,
@@ -650,8 +829,21 @@ def summarise(log: HistoricalLog) -> LogSummary:
     """
     if not isinstance(log, HistoricalLog):
         raise TypeError(f"log must be a HistoricalLog, got {type(log).__name__}")
+    ids, tables = {}, {}
+    for name in ("instance", "arm"):
+        labels, codes = getattr(log, f"{name}_labels"), getattr(log, name)
+        if labels.dtype.kind == "O":  # string ids: the codes and the table, no per-row strings
+            ids[name], tables[name] = codes, labels
+        else:
+            ids[name], tables[name] = labels[codes], None
     part = partial_from_arrays(
-        log.instance_labels[log.instance], log.arm_labels[log.arm], log.y, log.X
+        ids["instance"],
+        ids["arm"],
+        log.y,
+        log.X,
+        instance_labels=tables["instance"],
+        arm_labels=tables["arm"],
+        id_columns=(log.instance_column, log.arm_column),
     )
     return summary_from_partial(
         part,
@@ -702,8 +894,9 @@ def resolve_columns(
     schema), as :func:`~hierbandit.data.read_log` resolves them on the rows.
 
     Categorical columns (hive partition keys) are accepted for the ids, the reward and listed
-    features (their values are checked per part); when the features are inferred, only columns
-    of numeric dtype are taken and the others are listed in ``ignored``.
+    features (their values are checked per part), and so are object and string columns for the
+    ids (string ids); when the features are inferred, only columns of numeric dtype are taken
+    and the others are listed in ``ignored``.
 
     Raises
     ------
@@ -742,7 +935,13 @@ def resolve_columns(
         kind = kinds[col]
         if kind == "category" or kind in "iuf" or (kind == "b" and role == "reward"):
             continue
-        must = "must hold non-negative integer ids" if role != "reward" else "must be numeric"
+        if role != "reward" and _is_text_dtype(shown[col]):
+            continue  # string ids (checked per part: str values only)
+        must = (
+            "must hold non-negative integer or string ids"
+            if role != "reward"
+            else "must be numeric"
+        )
         raise TypeError(f"{role} column {col!r} {must}, got dtype {shown[col]}")
     ignored: list[tuple[str, str]] = []
     if feature_cols is None:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+dask = pytest.importorskip("dask")
 dd = pytest.importorskip("dask.dataframe")
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("pyarrow")
@@ -103,6 +104,87 @@ def test_the_dask_fit_equals_the_in_memory_fit(df, sources, client, method, sour
     assert attrs["data_hash"] == summarise(read_log(df, **COLS)).data_hash
     want_source = "dask.DataFrame" if source == "dask DataFrame" else str(sources[source])
     assert attrs["data_source"] == want_source
+
+
+# ---------------------------------------------------------------------- string ids
+
+STRING_ARMS = {1: "banner_b", 2: "banner_a", 3: "popup"}
+
+
+@pytest.fixture(scope="module")
+def str_df(df):
+    """The same log with string users ("u_…", sorted in another order than the integers) and
+    string arms."""
+    return df.assign(
+        user=df.user.map(lambda u: f"u_{(u * 7919) % 1000:03d}_{u}"),
+        arm=df.arm.map(STRING_ARMS),
+    )
+
+
+@pytest.fixture(scope="module")
+def str_sources(str_df, tmp_path_factory):
+    root = tmp_path_factory.mktemp("string_logs")
+    by_arm, by_date = root / "by_arm", root / "by_date"
+    str_df.to_parquet(by_arm, partition_cols=["arm"])  # arm=banner_a/...: categorical strings
+    str_df.assign(date=str_df.date.dt.strftime("%Y-%m-%d")).to_parquet(
+        by_date, partition_cols=["date"]
+    )
+    with dask.config.set({"dataframe.convert-string": False}):
+        object_ddf = dd.from_pandas(str_df.astype({"user": object, "arm": object}), npartitions=3)
+    assert object_ddf.dtypes["user"].kind == "O"
+    return {
+        "hive by arm": by_arm,
+        "hive by date": by_date,
+        "dask DataFrame": dd.from_pandas(str_df, npartitions=5),
+        "dask DataFrame, object dtype": object_ddf,
+    }
+
+
+@pytest.mark.parametrize("method", ["eb", "ml"])
+@pytest.mark.parametrize(
+    "source", ["hive by arm", "hive by date", "dask DataFrame", "dask DataFrame, object dtype"]
+)
+def test_the_dask_fit_of_string_ids_equals_the_in_memory_fit(
+    str_df, str_sources, client, method, source
+):
+    expected = fit_prior(str_df, method=method, **COLS)
+    got = fit_prior(str_sources[source], method=method, scheduler=client, **COLS)
+    assert_same_fit(got, expected, tol=TOL[method])
+    assert got.dataset.arm.values.tolist() == ["banner_a", "banner_b", "popup"]
+    attrs = got.dataset.attrs
+    assert attrs["n_rows"] == len(str_df)
+    assert attrs["data_hash"] == summarise(read_log(str_df, **COLS)).data_hash
+    assert got.provenance["data"]["ids"] == {"instance": "str", "arm": "str"}
+    assert got.provenance["data"]["n_instances"] == str_df.user.nunique()
+
+
+@pytest.mark.parametrize("method", ["eb", "ml"])
+def test_string_ids_fit_as_their_integer_codes(str_df, str_sources, client, method):
+    """The same log with its ids replaced by their integer codes gives the same Σ, σ², β₀ (to
+    1e-12) in memory and through Dask; only the arm labels differ."""
+    log = read_log(str_df, **COLS)
+    coded = str_df.assign(user=log.instance, arm=log.arm)
+    by_codes = fit_prior(coded, method=method, **COLS)
+    fits = {
+        "in memory": fit_prior(str_df, method=method, **COLS),
+        "dask, strings": fit_prior(
+            str_sources["dask DataFrame"], method=method, scheduler=client, **COLS
+        ),
+        "dask, codes": fit_prior(
+            dd.from_pandas(coded, npartitions=5), method=method, scheduler=client, **COLS
+        ),
+    }
+    for name, fit in fits.items():
+        for var in VALUES:
+            np.testing.assert_allclose(
+                fit.dataset[var].values,
+                by_codes.dataset[var].values,
+                rtol=1e-12,
+                atol=1e-12,
+                err_msg=f"{name}: {var}",
+            )
+    assert by_codes.dataset.arm.values.tolist() == [0, 1, 2]
+    assert fits["in memory"].dataset.arm.values.tolist() == ["banner_a", "banner_b", "popup"]
 
 
 def test_the_statistics_equal_those_in_memory(df, sources, client):
@@ -225,16 +307,23 @@ def test_hostile_input(df, client, tmp_path):
     bad = tmp_path / "bad"
 
     def dask_fit(frame, **kw):
-        return fit_prior(
-            dd.from_pandas(frame, npartitions=2), method="ml", scheduler=client, **{**COLS, **kw}
-        )
+        # object columns stay objects (Dask would make them strings: "dataframe.convert-string")
+        with dask.config.set({"dataframe.convert-string": False}):
+            ddf = dd.from_pandas(frame, npartitions=2)
+        return fit_prior(ddf, method="ml", scheduler=client, **{**COLS, **kw})
 
     with pytest.raises(ValueError, match=r"reward: column 'reward' not found.*available"):
         dask_fit(df, reward="reward")
     with pytest.raises(ValueError, match=r"reward column 'r' has 1 rows with NaN"):
         dask_fit(df.assign(r=df.r.where(df.index != 2000)))
-    with pytest.raises(TypeError, match=r"instance column 'user' must hold"):
-        dask_fit(df.assign(user=df.user.astype(str)))
+    named = df.assign(user="u_" + df.user.astype(str)).astype({"user": object})
+    with pytest.raises(TypeError, match=r"instance column 'user' mixes string ids.*partition 1"):
+        dask_fit(named.assign(user=named.user.where(named.index != 2000, 5)))
+    # strings in one partition, integers in the other: refused when the two are added up
+    halves = [named.iloc[:1500], df.iloc[1500:]]
+    split = dd.from_map(halves.__getitem__, [0, 1], meta=named.iloc[:0], enforce_metadata=False)
+    with pytest.raises(TypeError, match=r"instance column 'user' holds string ids in some parts"):
+        fit_prior(split, method="ml", scheduler=client, **COLS)
     with pytest.raises(ValueError, match=r"arm column 'arm' must hold non-negative ids"):
         dask_fit(df.assign(arm=df.arm - 2))
     bad.mkdir()

@@ -456,11 +456,11 @@ INVALID = {
         TypeError,
         ["reward column 'reward'", "numeric"],
     ),
-    "string_instance": (
-        lambda df: df.assign(instance="u" + df["instance"].astype(str)),
+    "mixed_string_and_integer_instance": (
+        lambda df: df.assign(instance=df["instance"].astype(object).where(df.index != 3, "u3")),
         {},
         TypeError,
-        ["instance column 'instance'", "integer"],
+        ["instance column 'instance'", "mixes string ids", "'u3' at row 3", "integers"],
     ),
     "bool_arm": (
         lambda df: df.assign(arm=df["arm"] > 4),

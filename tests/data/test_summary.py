@@ -124,7 +124,11 @@ def test_hive_style_categorical_ids_and_a_single_arm_log():
     ("change", "error", "match"),
     [
         (lambda d: d.assign(r=d.r.where(d.index != 7)), ValueError, r"reward column 'r'.*NaN"),
-        (lambda d: d.assign(user=d.user.astype(str)), TypeError, r"instance column 'user'"),
+        (
+            lambda d: d.assign(user=d.user.astype(object).where(d.index != 5, "u5")),
+            TypeError,
+            r"instance column 'user' mixes string ids",
+        ),
         (lambda d: d.assign(arm=d.arm - 2), ValueError, r"arm column 'arm'.*negative"),
         (lambda d: d.assign(x1=d.x1.where(d.index != 2, np.inf)), ValueError, r"'x1'.*inf"),
         (lambda d: d.assign(user=d.user + 0.5), TypeError, r"instance column 'user'.*integer"),
