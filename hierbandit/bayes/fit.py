@@ -34,6 +34,7 @@ from hierbandit.data import (
     check_summary_rows,
     read_log,
 )
+from hierbandit.data.log import check_id_labels
 from hierbandit.stats import EBOptions, empirical_bayes, fit_type2_ml, posterior_given_hyper
 
 __all__ = ["FIT_SAMPLER", "METHODS", "fit_prior", "prior_from_arrays"]
@@ -215,7 +216,10 @@ def prior_from_arrays(
     idata: Any = None,
     **attrs: Any,
 ) -> HierarchicalPrior:
-    """Build a :class:`HierarchicalPrior` from arrays (K, d), (K, d, d), (K, d, d), (K,)."""
+    """Build a :class:`HierarchicalPrior` from arrays (K, d), (K, d, d), (K, d, d), (K,).
+
+    ``arms`` (default ``0 .. K-1``): the arm ids, unique integers or unique strings (kept as an
+    object array of ``str``); ``features`` (default ``x0 .. x{d-1}``): the feature names."""
     shared_mean = np.asarray(shared_mean, dtype=float)
     Kn, d = shared_mean.shape
     feats = list(features) if features is not None else [f"x{i}" for i in range(d)]
@@ -229,7 +233,8 @@ def prior_from_arrays(
     ds = xr.Dataset(
         data,
         coords={
-            "arm": np.asarray(arms) if arms is not None else np.arange(Kn),
+            # string arm ids (a log's labels) as an object array of str, integers as int64
+            "arm": check_id_labels(arms, "arms") if arms is not None else np.arange(Kn),
             "feature": feats,
             "feature_": feats,
         },

@@ -26,6 +26,7 @@ import xarray as xr
 
 from hierbandit._container import read_netcdf
 from hierbandit.bayes._artifact import PriorArtifact, prior_tree, read_prior_tree
+from hierbandit.data.log import check_id_labels
 
 __all__ = ["HierarchicalPrior", "load_prior", "prior_tree", "read_prior_tree", "upgrade_prior"]
 
@@ -51,6 +52,21 @@ def _check_psd(mats: np.ndarray, name: str) -> None:
         low = np.linalg.eigvalsh(sym).min(axis=-1)
         if np.any(low < -1e-8 * scale):
             raise ValueError(f"{name} must be positive semi-definite")
+
+
+def _check_coordinates(dataset: xr.Dataset) -> None:
+    """Refuse labels a policy could not take: the ``arm`` coordinate (the arm ids
+    ``EbmTS(prior=prior)`` takes) must hold unique integers or unique non-empty strings
+    (:func:`hierbandit.data.log.check_id_labels`: no booleans, floats or bytes; no blank, NUL
+    or invalid-Unicode strings), and ``feature`` / ``feature_`` unique names, the same in both."""
+    if "arm" in dataset.coords:
+        check_id_labels(dataset["arm"].values, "the arm coordinate")
+    names = {}
+    for dim in ("feature", "feature_"):
+        if dim in dataset.coords:
+            names[dim] = check_id_labels(dataset[dim].values, f"the {dim} coordinate").tolist()
+    if len(names) == 2 and names["feature"] != names["feature_"]:
+        raise ValueError("the feature and feature_ coordinates must hold the same names")
 
 
 class HierarchicalPrior(PriorArtifact):
@@ -91,6 +107,7 @@ class HierarchicalPrior(PriorArtifact):
             raise ValueError("sigma2 must be positive")
         for name in ("Sigma", "shared_cov"):
             _check_psd(dataset[name].values, name)
+        _check_coordinates(dataset)
 
     # ------------------------------------------------------------------ arrays
     @property
@@ -153,7 +170,9 @@ class HierarchicalPrior(PriorArtifact):
 
         The file's seal is verified and its container walked with a deadline before it is
         parsed, groups other than ArviZ groups are refused, and every array of the prior is
-        checked (finite, σ² > 0, Σ and the shared covariance symmetric positive semi-definite).
+        checked (finite, σ² > 0, Σ and the shared covariance symmetric positive semi-definite),
+        and so are its labels (the arm ids unique integers or unique, non-empty, valid strings;
+        the feature names unique).
         Files of the earlier layout (the ArviZ groups under ``/idata``) load as well.
 
         Raises
