@@ -12,9 +12,11 @@ break ties uniformly at random). This is what a logged decision needs as its pro
 off-policy evaluation (inverse propensity weighting).
 
 :func:`choice_probabilities` computes it by adaptive Gauss–Kronrod quadrature (7/15 points)
-in z, started on panels cut at every other arm's crossing point z_l = (mu_l − mu_k)/s_k, to an
-absolute error of about 1e-12 per entry; arms that cannot be reached within 8.5 standard
-deviations are given 0 without quadrature. The result of every request sums to 1 to rounding.
+in z, started on panels cut at every other arm's crossing point z_l = (mu_l − mu_k)/s_k (and
+out to 8.5 of its widths either side), to an absolute error of about 1e-12 per entry; a
+probability below 1e-2 is integrated again to the same relative accuracy (the propensity of a
+rare choice weighs most in inverse propensity weighting). Arms that cannot be reached within
+8.5 standard deviations are given 0 without quadrature. The result of every request sums to 1 to rounding.
 ``tests/stats/test_choice.py`` checks it against scipy's adaptive quadrature and against the
 frequencies of 10⁶ draws of the scores themselves.
 """
@@ -34,8 +36,10 @@ _JIT = {"cache": True, "nogil": True}
 _ZMAX = 8.5
 #: absolute error aimed at per probability
 _TOL = 1e-10
-#: where panels are cut around each crossing point, in units of its width
-_CUTS = np.array([0.0, -1.0, 1.0, -4.0, 4.0])
+#: where panels are cut around each crossing point, in units of its width: out to _ZMAX, where
+#: the factor is 0 or 1 to 1e-17 (a panel that reaches past 4 widths into a wide stretch can
+#: put all its nodes beyond the factor's tail, Φ(−4) ≈ 3e-5, and miss ~1e-5 × width unseen)
+_CUTS = np.array([0.0, -1.0, 1.0, -4.0, 4.0, -_ZMAX, _ZMAX])
 #: most intervals the adaptive quadrature may hold
 _STACK = 400
 
@@ -143,6 +147,18 @@ def _arm_probability(k, mu, s, live, edges, lo_stack, hi_stack):
     edges[n] = hi
     n += 1
     edges[:n].sort()
+    total = _adaptive(k, mu, s, live, edges, n, lo_stack, hi_stack, _TOL)
+    if 0.0 < total < 1e-2:
+        # a small probability: again to the same relative accuracy (the absolute tolerance
+        # alone lets a panel of the whole range pass an integrand far below it)
+        total = _adaptive(k, mu, s, live, edges, n, lo_stack, hi_stack, _TOL * total)
+    return total
+
+
+@njit(**_JIT)
+def _adaptive(k, mu, s, live, edges, n, lo_stack, hi_stack, tol):
+    """The integral over the panels ``edges[:n]``, each split until its error estimate is at
+    most ``tol`` per unit length."""
     top = 0
     for i in range(n - 1):
         if edges[i + 1] > edges[i]:
@@ -154,7 +170,7 @@ def _arm_probability(k, mu, s, live, edges, lo_stack, hi_stack):
         top -= 1
         a, b = lo_stack[top], hi_stack[top]
         r, err = _gk15(a, b, k, mu, s, live)
-        if err <= _TOL * (b - a) or top + 2 > lo_stack.shape[0] or b - a < 1e-7:
+        if err <= tol * (b - a) or top + 2 > lo_stack.shape[0] or b - a < 1e-7:
             total += r
         else:
             m = 0.5 * (a + b)
