@@ -48,7 +48,7 @@ def create_app(service: DecisionService, *, max_body: int = MAX_BODY) -> Any:
     async def read_json(request: Any) -> Any:
         length = request.headers.get("content-length")
         if length is not None:
-            if not length.isdigit():
+            if not (length.isascii() and length.isdigit()):  # "²".isdigit() is True
                 raise RequestError(400, "Content-Length must be a number of bytes")
             if int(length) > max_body:
                 raise RequestError(413, f"the body may hold at most {max_body} bytes")
@@ -116,8 +116,11 @@ def create_app(service: DecisionService, *, max_body: int = MAX_BODY) -> Any:
         await to_thread.run_sync(service.close)
 
     exceptions = require("starlette.exceptions", "serve", "The decision service")
-    return applications.Starlette(
+    app = applications.Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={exceptions.HTTPException: not_found},
     )
+    # /v1/decide/ is an unknown path (404), not a 307 redirect to /v1/decide
+    app.router.redirect_slashes = False
+    return app

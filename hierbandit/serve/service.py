@@ -395,6 +395,7 @@ class DecisionService:
                 ids.append(as_label(v, f"instances[{i}]"))
             except TypeError as exc:
                 raise RequestError(400, str(exc)) from None
+        _check_ids(ids)
         X = _context_array(contexts, self.policy.n_features)
         try:
             chosen = self.policy.select_batch(ids, X, allowed=allowed)
@@ -448,7 +449,8 @@ class DecisionService:
                     409, f"events[{i}]: event {e} was already rewarded or has expired"
                 )
         for i, y in enumerate(rewards):
-            if not _number(y) or not math.isfinite(y) or abs(y) > MAX_ABS:
+            # magnitude first: math.isfinite overflows on an integer beyond the float range
+            if not _number(y) or abs(y) > MAX_ABS or not math.isfinite(y):
                 raise RequestError(400, f"rewards[{i}] must be a finite number, got {y!r:.40}")
 
     def _reward_apply(self, events: list[int], rewards: list[float], when: int) -> None:
@@ -579,12 +581,37 @@ def _context_array(contexts: list[Any], d: int) -> np.ndarray:
         for v in row:
             if not _number(v):
                 raise RequestError(400, f"contexts[{i}] must hold numbers only, got {v!r:.40}")
-    X = np.array(contexts, dtype=np.float64)
+    try:
+        X = np.array(contexts, dtype=np.float64)
+    except OverflowError:  # an integer beyond the float range
+        X = np.full((1, d), np.inf)
     if not np.all(np.isfinite(X)) or np.any(np.abs(X) > MAX_FEATURE):
         raise RequestError(
             400, f"contexts must be finite with entries of magnitude at most {MAX_FEATURE:g}"
         )
     return X
+
+
+def _check_ids(ids: list[int | str]) -> None:
+    """Instance ids that the policy, the ledger and the event log can all hold: all integers
+    (64-bit) or all strings (Unicode without lone surrogates, so that they encode to UTF-8).
+    Checked before the policy sees them: NumPy would turn a mix into strings, and an id that
+    cannot be stored would fail only when its reward is applied (after the record is logged)
+    or at the next checkpoint."""
+    strings = 0
+    for i, v in enumerate(ids):
+        if isinstance(v, str):
+            strings += 1
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RequestError(
+                    400, f"instances[{i}] is not valid Unicode (a lone surrogate)"
+                ) from None
+        elif not -(2**63) <= v < 2**63:
+            raise RequestError(400, f"instances[{i}] = {v!s:.40} does not fit in 64 bits")
+    if 0 < strings < len(ids):
+        raise RequestError(400, "instances must be all integers or all strings, not a mix")
 
 
 def _computes_probabilities(policy: Policy) -> bool:
