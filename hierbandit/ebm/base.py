@@ -289,6 +289,9 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         arr = np.asarray(instances)
         if arr.ndim != 1 or arr.shape[0] != B:
             raise ValueError(f"instances must be a 1-D array of {B} ids, got shape {arr.shape}")
+        if arr.dtype.kind == "U" and not all(isinstance(v, str | np.str_) for v in instances):
+            # NumPy turns [5, "a"] into ["5", "a"]: two kinds of id, refused as a mix
+            raise TypeError("instances: ids must be all integers or all strings, not a mix")
         if self.instances.kind == "range" and not self.grow:
             if arr.dtype.kind not in "iu":
                 if arr.dtype.kind == "O" and B:

@@ -299,3 +299,16 @@ def test_a_checkpoint_between_recomputations_at_large_n_loads(tmp_path):
     p.save(tmp_path / "p.nc")
     q = EbmTS.load(tmp_path / "p.nc")
     assert np.array_equal(q._rank_one_count, p._rank_one_count)
+
+
+def test_a_mix_of_integer_and_string_ids_is_refused():
+    """NumPy would read [5, "a"] as two strings: the batch is refused, the policy unchanged."""
+    p = EbmTS(n_arms=2, n_features=1, rng=0)
+    p.update_batch(["a"], np.ones((1, 1)), [0], [1.0])
+    for call in (
+        lambda: p.select_batch(["a", 5], np.ones((2, 1))),
+        lambda: p.update_batch(["a", 5], np.ones((2, 1)), [0, 1], [1.0, 2.0]),
+    ):
+        with pytest.raises(TypeError, match="not a mix"):
+            call()
+    assert p.t == 1 and p.instances.values() == ["a"]
