@@ -85,10 +85,12 @@ test-slow: env
 test-all: env
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -q -m "slow or not slow"
 
-## speed benchmarks; bench_serving.py against the peer libraries of the `bench` extra
+## speed benchmarks; bench_serving.py against the peer libraries of the `bench` extra,
+## bench_service.py (the decision service under locust)
 bench: env env-bench
 	$(BIN)/python benchmarks/bench_ebm_step.py
 	$(BIN)/python benchmarks/bench_serving.py
+	$(BIN)/python benchmarks/bench_service.py
 
 ## the ebm paper's Figure 1 (both settings) and Figure 2
 figures: env
