@@ -297,4 +297,5 @@ def chosen_probability(
         return _deterministic(mu, scale, mask)[np.arange(B), arms]
     out = np.zeros(mu.shape)
     _choice_rows(mu, scale, mask, arms, out)
-    return out[np.arange(B), arms]
+    # unnormalised, a sure choice can come out a rounding error above 1
+    return np.clip(out[np.arange(B), arms], 0.0, 1.0)
