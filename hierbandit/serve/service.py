@@ -407,6 +407,10 @@ class DecisionService:
         arms = [a.item() if isinstance(a, np.generic) else a for a in chosen.tolist()]
         codes = np.array([self.policy.arms.get(a) for a in arms], dtype=np.int64)
         p = np.full(len(ids), np.nan) if probs is None else np.asarray(probs, dtype=np.float64)
+        # a policy's probabilities can leave [0, 1] by a rounding error (stats.choice gave
+        # 1.0000000000000002 for a sure choice): such a propensity would be served, and make
+        # Ledger.load refuse every later restart
+        p = np.clip(p, 0.0, 1.0)
         self.ledger.add(first, ids, X, codes, p, when)
         self.events.decisions(first, when, ids, X, arms, p)
         self.next_event = first + len(ids)
