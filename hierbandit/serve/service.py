@@ -432,7 +432,14 @@ class DecisionService:
                 self._append(
                     {"op": "reward", "time": when, "events": events, "rewards": rewards}, sync=True
                 )
-                self._reward_apply(events, rewards, when)
+                try:
+                    self._reward_apply(events, rewards, when)
+                except Exception as exc:  # checked above: a failure here is a defect
+                    # the log holds the reward and the policy may hold part of it: stop, so
+                    # that a restart rebuilds the state from the log
+                    self.failed = f"applying a logged reward failed ({exc!r:.200})"
+                    log.exception("%s", self.failed)
+                    raise RequestError(503, self.failed) from None
                 self._maybe_checkpoint()
             return {"applied": len(events)}
         finally:
