@@ -220,3 +220,34 @@ def test_the_event_log_holds_every_decision_and_reward_once(tmp_path):
     merged = rew.merge(dec, on="event", suffixes=("", "_d"))
     assert (merged["arm"] == merged["arm_d"]).all()
     np.testing.assert_array_equal(merged["a"], merged["a_d"])
+
+
+def test_the_event_log_feeds_the_offline_models_and_a_policy(tmp_path):
+    """The rewards table is what an offline data set and a policy's update_batch read."""
+    from hierbandit.offline import read_offline
+    from hierbandit.serve import read_events
+
+    s = DecisionService.open(
+        tmp_path / "s", small_policy(), config=ServiceConfig(checkpoint_every=5)
+    )
+    _run(s, request_script(seed=4, steps=40))
+    s.close()
+    rew = read_events(tmp_path / "s", "rewards")
+    assert len(rew) == s.state()["rewards"] > 0
+    arm = rew["arm"].iloc[0]
+    data = read_offline(rew[rew.arm == arm], user="instance", features=["a", "b", "c"])
+    assert data.n_rows == int((rew.arm == arm).sum())
+    twin = small_policy()
+    twin.update_batch(rew)
+    assert twin.t == len(rew)
+    dec = read_events(tmp_path / "s", "decisions")
+    assert sorted(dec["event"]) == list(range(s.state()["decisions"]))
+    # files written past the checkpoint in force (a checkpoint under way) are not read
+    s = DecisionService.open(tmp_path / "s", config=ServiceConfig(checkpoint_every=1000))
+    s.decide({"instances": ["late"], "contexts": [[0.0, 0.0, 1.0]]})
+    s.events.flush(s.committed, s.wal.next_index)
+    assert len(read_events(tmp_path / "s", "decisions")) == len(dec)
+    s.close()
+    assert len(read_events(tmp_path / "s", "decisions")) == len(dec) + 1
+    with pytest.raises(ValueError, match="table"):
+        read_events(tmp_path / "s", "everything")
