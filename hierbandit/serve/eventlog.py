@@ -105,12 +105,23 @@ class EventLog:
     def buffered(self) -> int:
         return sum(len(b["event"]) for t in TABLES for b in self._buf[t])
 
+    def take(self) -> dict[str, list[dict[str, Any]]]:
+        """The buffered rows, handed over (the buffer starts empty again)."""
+        out = self._buf
+        self._buf = {t: [] for t in TABLES}
+        return out
+
     def flush(self, first: int, end: int) -> None:
         """Write the buffered rows, which come from log records ``[first, end)``."""
+        self.write(self.take(), first, end)
+
+    def write(self, buf: dict[str, list[dict[str, Any]]], first: int, end: int) -> None:
+        """Write rows handed over by :meth:`take` (from log records ``[first, end)``), one
+        file per table; safe in another thread than the one buffering new rows."""
         pa = require("pyarrow", "serve", "The decision service's event log")
         pq = require("pyarrow.parquet", "serve", "The decision service's event log")
         for table in TABLES:
-            batches = self._buf[table]
+            batches = buf[table]
             if not batches:
                 continue
             cols: dict[str, Any] = {}
@@ -127,7 +138,6 @@ class EventLog:
             path = self.directory / table / f"part-{first:020d}-{end:020d}.parquet"
             atomic_write(path, lambda tmp, tab=tab: pq.write_table(tab, tmp))
             self.rows_written[table] += tab.num_rows
-            self._buf[table] = []
 
     def discard_after(self, committed: int) -> list[Path]:
         """Remove the files of records at or after ``committed`` (written after the last

@@ -92,6 +92,13 @@ class Ledger:
                 del self._rows[event]
             self.expired += excess
 
+    def copy(self) -> Ledger:
+        """A copy to save while this one changes (the rows are never modified in place)."""
+        out = Ledger(self.n_features, self.max_pending)
+        out._rows = dict(self._rows)
+        out.expired = self.expired
+        return out
+
     def take(self, events: list[int]) -> PendingRows:
         """Remove and return the rows of ``events`` (all must be pending: check first)."""
         rows = [self._rows.pop(e) for e in events]

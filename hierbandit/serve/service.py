@@ -36,6 +36,7 @@ of the last record written.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import json
 import logging
@@ -209,6 +210,8 @@ class DecisionService:
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._ckpt_lock = threading.Lock()
+        self._ckpt_thread: threading.Thread | None = None
         self._lockfile = open(self.state_dir / "LOCK", "a")  # noqa: SIM115 - held while open
         try:
             fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -249,7 +252,8 @@ class DecisionService:
             self.events = EventLog(self.state_dir / "events", self._feature_names())
             self.events.discard_after(0)
             self.wal.start_segment(0)
-            self._checkpoint_locked()
+            self._ckpt_from = 0
+            self.checkpoint()
 
     def _set_policy(self, policy: Policy) -> None:
         self.policy = policy
@@ -299,6 +303,7 @@ class DecisionService:
             "rewards": counters.get("rewards", 0),
         }
         self.committed = committed
+        self._ckpt_from = committed
         self.events = EventLog(self.state_dir / "events", self._feature_names())
         for path in self.events.discard_after(committed):
             log.info("removed %s (written after the last checkpoint)", path)
@@ -498,46 +503,105 @@ class DecisionService:
             raise RequestError(503, "the service is closed")
 
     # ------------------------------------------------------------------ checkpoints
+    # A checkpoint is taken in three steps: a snapshot under the service's lock (a copy of the
+    # policy and the ledger, the event-log buffer handed over, a new log segment started), the
+    # files written without it (requests go on meanwhile), then, under the lock again, the log
+    # segments and checkpoint folders it covers dropped. Periodic checkpoints write in a
+    # background thread; ``checkpoint()``, ``close()`` and the first one write in the caller's.
+    # One checkpoint at a time (``_ckpt_lock``, always taken before the service's lock), so
+    # CURRENT only ever moves forward.
     def _maybe_checkpoint(self) -> None:
-        if self.wal.next_index - self.committed >= self.config.checkpoint_every:
-            self._checkpoint_locked()
+        """Start a background checkpoint if one is due and none is being written (locked)."""
+        if self.wal.next_index - self._ckpt_from < self.config.checkpoint_every:
+            return
+        if not self._ckpt_lock.acquire(blocking=False):
+            return  # one is being written: the next request starts the next
+        try:
+            snap = self._snapshot()
+        except BaseException:
+            self._ckpt_lock.release()
+            raise
+        thread = threading.Thread(
+            target=self._checkpoint_in_background, args=(snap,), name="hierbandit-checkpoint"
+        )
+        self._ckpt_thread = thread
+        thread.start()
+
+    def _checkpoint_in_background(self, snap: dict[str, Any]) -> None:
+        try:
+            self._write_checkpoint(snap)
+            with self._lock:
+                self._finish_checkpoint(snap)
+        except Exception as exc:  # the log still holds everything: stop, a restart recovers
+            with self._lock:
+                self.failed = f"a checkpoint could not be written ({exc!r:.200})"
+            log.exception("%s", self.failed)
+        finally:
+            self._ckpt_lock.release()
 
     def checkpoint(self) -> None:
-        """Write a checkpoint now (also done every ``checkpoint_every`` records)."""
-        with self._lock:
-            self._check_open()
-            self._checkpoint_locked()
+        """Write a checkpoint now, in this thread (periodic ones are written in the
+        background every ``checkpoint_every`` records)."""
+        with self._ckpt_lock:
+            with self._lock:
+                self._check_open()
+                snap = self._snapshot()
+            self._write_checkpoint(snap)
+            with self._lock:
+                self._finish_checkpoint(snap)
 
-    def _checkpoint_locked(self) -> None:
-        t0 = time.perf_counter()
+    def _snapshot(self) -> dict[str, Any]:
+        """What a checkpoint at the current log position writes (under the lock)."""
         end = self.wal.next_index
-        self.events.flush(self.committed, end)
+        snap = {
+            "t0": time.perf_counter(),
+            "first": self._ckpt_from,
+            "end": end,
+            "policy": copy.deepcopy(self.policy),
+            "ledger": self.ledger.copy(),
+            "events": self.events.take(),
+            "counters": {"committed": end, "next_event": self.next_event, **self.counters},
+        }
+        self._ckpt_from = end
+        self.wal.start_segment(end)
+        return snap
+
+    def _write_checkpoint(self, snap: dict[str, Any]) -> None:
+        """The event-log files, then the checkpoint folder, then CURRENT (no lock needed)."""
+        end = snap["end"]
         folder = self.state_dir / f"checkpoint-{end:020d}"
-        if folder.exists():
+        if end == self.committed and folder.exists():
+            return  # nothing happened since the checkpoint in force: it stays as it is
+        self.events.write(snap["events"], snap["first"], end)
+        if folder.exists():  # a folder a crash left before CURRENT named it
             shutil.rmtree(folder)
         folder.mkdir()
-        self.policy.save(folder / "policy.nc")
-        counters = {"committed": end, "next_event": self.next_event, **self.counters}
-        self.ledger.save(folder / "ledger.nc", counters)
+        snap["policy"].save(folder / "policy.nc")
+        snap["ledger"].save(folder / "ledger.nc", snap["counters"])
         atomic_write(self.state_dir / "CURRENT", lambda tmp: tmp.write_text(folder.name + "\n"))
-        self.wal.start_segment(end)
+
+    def _finish_checkpoint(self, snap: dict[str, Any]) -> None:
+        """Drop what the checkpoint covers (under the lock)."""
+        end = snap["end"]
         self.wal.drop_before(end)
         for other in self.state_dir.glob("checkpoint-*"):
-            if other != folder:
+            if other.name != f"checkpoint-{end:020d}":
                 shutil.rmtree(other, ignore_errors=True)
         self.committed = end
         self.metrics.last_checkpoint = {
             "record": end,
             "time": time.time(),
-            "seconds": time.perf_counter() - t0,
+            "seconds": time.perf_counter() - snap["t0"],
         }
 
     def close(self) -> None:
         """Write a last checkpoint and release the state directory."""
-        with self._lock:
+        with self._ckpt_lock, self._lock:  # a background checkpoint finishes first
             try:
                 if self.failed is None and self.wal.next_index is not None:
-                    self._checkpoint_locked()
+                    snap = self._snapshot()
+                    self._write_checkpoint(snap)
+                    self._finish_checkpoint(snap)
             finally:
                 self.wal.close()
                 self.wal.next_index = None

@@ -18,7 +18,11 @@ def _run(service: DecisionService, script: list) -> list:
 
 
 def _kill(service: DecisionService) -> None:
-    """What SIGKILL leaves: no last checkpoint, the log as written, the lock released."""
+    """What SIGKILL leaves: no last checkpoint, the log as written, the lock released (a
+    background checkpoint is let finish: in process it would outlive the "killed" service;
+    tests/serve/test_faults.py kills real processes at any point)."""
+    if service._ckpt_thread is not None:
+        service._ckpt_thread.join()
     service.wal.close()
     service._lockfile.close()
 
@@ -204,7 +208,7 @@ def test_the_event_log_holds_every_decision_and_reward_once(tmp_path):
         if i % 9 == 8:
             # die just after the event-log files of a checkpoint are written, before the
             # checkpoint itself: those files must be dropped and their rows replayed
-            s.events.flush(s.committed, s.wal.next_index)
+            s.events.flush(s._ckpt_from, s.wal.next_index)
             _kill(s)
             s = DecisionService.open(tmp_path / "s", config=ServiceConfig(checkpoint_every=4))
     state = s.state()
@@ -245,7 +249,7 @@ def test_the_event_log_feeds_the_offline_models_and_a_policy(tmp_path):
     # files written past the checkpoint in force (a checkpoint under way) are not read
     s = DecisionService.open(tmp_path / "s", config=ServiceConfig(checkpoint_every=1000))
     s.decide({"instances": ["late"], "contexts": [[0.0, 0.0, 1.0]]})
-    s.events.flush(s.committed, s.wal.next_index)
+    s.events.flush(s._ckpt_from, s.wal.next_index)
     assert len(read_events(tmp_path / "s", "decisions")) == len(dec)
     s.close()
     assert len(read_events(tmp_path / "s", "decisions")) == len(dec) + 1
