@@ -20,9 +20,11 @@ acknowledged:
   ``{"op": "reward", ...}`` is appended *and synced*, the rows are applied to the policy
   (``update_batch``) and the acknowledgement is sent.
 
-A checkpoint (every ``checkpoint_every`` records, and at shutdown) writes the event-log
-buffer, then the policy and the ledger into a new ``checkpoint-<n>`` folder, then points
-``CURRENT`` at it, then drops the log segments and checkpoints it covers. A restart loads the
+A checkpoint (every ``checkpoint_every`` records, and at shutdown) takes a snapshot under the
+lock (the policy and the ledger copied, the event-log buffer handed over, a new log segment
+started), then — in a background thread for the periodic ones, while requests go on — writes
+the event-log files, the policy and the ledger into a new ``checkpoint-<n>`` folder, then
+points ``CURRENT`` at it, then drops the log segments and checkpoints it covers. A restart loads the
 checkpoint in force and replays the log after it through the same code as live requests —
 including the decisions, so the policy's random generators end where an uninterrupted
 service's would: the state is that service's, bit for bit, and so are the decisions that
