@@ -25,9 +25,9 @@ The ratios of the HTTP rate to the in-process rates show the cost of HTTP, JSON 
 durability. The in-process service loop is serial: it waits for each reward's fsync, whereas
 over HTTP that wait (the GIL released) overlaps with other requests' HTTP and JSON work, so
 the HTTP rate can exceed the in-process service's. A checkpoint (every ``--checkpoint-every``
-log records, about 2 s for this policy) blocks the service while it is written: a 30 s run
-at the default period holds none; ``--checkpoint-every 2000`` shows their effect on the
-tail latency. Nothing is downloaded; only loopback is used. The state directory is temporary.
+log records) holds the service only while its snapshot is taken (the policy and the pending
+decisions copied) and is written in a background thread: a 30 s run at the default period
+holds none; ``--checkpoint-every 2000`` shows their effect on the tail latency. Nothing is downloaded; only loopback is used. The state directory is temporary.
 
 Run: ``make bench`` runs the other benchmarks; this one by hand (locust comes with
 ``make env-bench``)::
