@@ -534,8 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         last = metrics["last_checkpoint"] or {}
         print(
             f"  responses {metrics['responses']}, health {health['status']}; "
-            f"{n_ckpt} checkpoint(s) during the run (one every {every:,} log records, the "
-            f"service blocked meanwhile; the last took {last.get('seconds', float('nan')):.2f} s)"
+            f"{n_ckpt} checkpoint(s) during the run (one every {every:,} log records, "
+            f"written in the background; the last took {last.get('seconds', float('nan')):.2f} s)"
         )
         n_fail = int(agg["Failure Count"])
         print(f"\nfailures: {n_fail}")
