@@ -255,3 +255,24 @@ def test_the_event_log_feeds_the_offline_models_and_a_policy(tmp_path):
     assert len(read_events(tmp_path / "s", "decisions")) == len(dec) + 1
     with pytest.raises(ValueError, match="table"):
         read_events(tmp_path / "s", "everything")
+
+
+def test_a_policy_checkpoint_or_a_prior_is_a_source_and_anything_else_is_refused(tmp_path):
+    from hierbandit.ebm import LinUCB, OLSBandit
+
+    LinUCB(3, n_arms=2, n_features=2, rng=0).save(tmp_path / "lin.nc")
+    s = DecisionService.open(tmp_path / "a", tmp_path / "lin.nc")
+    out = s.decide({"instances": [0, 2], "contexts": [[1.0, 0.0], [0.0, 1.0]]})
+    # an untrained LinUCB ties its two arms: each is chosen with probability 1/2
+    assert s.info()["policy"] == "LinUCB" and out["probabilities"] == [0.5, 0.5]
+    s.close()
+    # a policy without choice probabilities is served with null probabilities
+    OLSBandit(2, n_arms=2, n_features=2, rng=0).save(tmp_path / "ols.nc")
+    s = DecisionService.open(tmp_path / "b", tmp_path / "ols.nc")
+    assert s.decide({"instances": [1], "contexts": [[1.0, 0.0]]})["probabilities"] is None
+    s.close()
+    bad = tmp_path / "bad.nc"
+    bad.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\x00" * 64)
+    with pytest.raises(InvalidFileError, match="neither a fitted prior nor a policy"):
+        DecisionService.open(tmp_path / "c", bad)
+    assert not (tmp_path / "c" / "CURRENT").exists()
