@@ -520,9 +520,11 @@ class DecisionService:
             return  # one is being written: the next request starts the next
         try:
             snap = self._snapshot()
-        except BaseException:
+        except Exception as exc:  # the request that triggered it is done: report, then stop
             self._ckpt_lock.release()
-            raise
+            self.failed = f"a checkpoint could not be started ({exc!r:.200})"
+            log.exception("%s", self.failed)
+            return
         thread = threading.Thread(
             target=self._checkpoint_in_background, args=(snap,), name="hierbandit-checkpoint"
         )
