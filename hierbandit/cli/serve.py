@@ -53,6 +53,14 @@ def serve_cmd(
             "--max-pending", min=1, help="Most decisions awaiting a reward (oldest expire)."
         ),
     ] = 1_000_000,
+    max_body: Annotated[
+        int,
+        typer.Option(
+            "--max-body",
+            min=1,
+            help="Largest request body in bytes (a larger one is refused with 413).",
+        ),
+    ] = 32 * 1024 * 1024,
     fsync: Annotated[
         bool,
         typer.Option(
@@ -74,4 +82,4 @@ def serve_cmd(
         service = DecisionService.open(state, source, policy=str(policy), seed=seed, config=config)
     except (InvalidFileError, FileNotFoundError, ValueError, RuntimeError) as exc:
         raise fail(str(exc)) from None
-    run(service, host=host, port=port)
+    run(service, host=host, port=port, max_body=max_body)

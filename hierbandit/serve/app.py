@@ -40,6 +40,9 @@ def create_app(service: DecisionService, *, max_body: int = MAX_BODY) -> Any:
     routing = require("starlette.routing", "serve", "The decision service")
     to_thread = require("anyio.to_thread", "serve", "The decision service")
     JSONResponse = responses.JSONResponse
+    ClientDisconnect = require(
+        "starlette.requests", "serve", "The decision service"
+    ).ClientDisconnect
 
     def error(status: int, message: str) -> Any:
         service.metrics.status_seen(status)
@@ -47,6 +50,14 @@ def create_app(service: DecisionService, *, max_body: int = MAX_BODY) -> Any:
 
     async def read_json(request: Any) -> Any:
         length = request.headers.get("content-length")
+        if length is not None and "transfer-encoding" in request.headers:
+            # the two framings disagree on where the body ends (request smuggling through a
+            # proxy that reads the other one): refused, as RFC 9112 §6.3 allows
+            raise RequestError(
+                400, "a request may not carry both Content-Length and Transfer-Encoding"
+            )
+        if len(request.headers.getlist("content-length")) > 1:
+            raise RequestError(400, "Content-Length is given more than once")
         if length is not None:
             if not (length.isascii() and length.isdigit()):  # "²".isdigit() is True
                 raise RequestError(400, "Content-Length must be a number of bytes")
@@ -56,11 +67,17 @@ def create_app(service: DecisionService, *, max_body: int = MAX_BODY) -> Any:
         if ctype != "application/json":
             raise RequestError(415, f"the body must be application/json, got {ctype!r:.60}")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body:
-                raise RequestError(413, f"the body may hold at most {max_body} bytes")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_body:
+                    raise RequestError(413, f"the body may hold at most {max_body} bytes")
+                chunks.append(chunk)
+        except ClientDisconnect:
+            # the body ended early: the client went away, or the HTTP server found its framing
+            # broken halfway (a bad chunk size); nothing was applied, and the answer (if it
+            # can still be sent) says why
+            raise RequestError(400, "the body ended before it was complete") from None
         body = b"".join(chunks)
         if not body:
             raise RequestError(400, "the body is empty; expected a JSON object")
