@@ -181,6 +181,35 @@ def _filtered_scores(coef_forced, coef_all, N, j, x, h, out):
 # ---------------------------------------------------------------------- LinUCB
 
 
+def _sizes(
+    n_instances: Any, n_arms: Any, n_features: Any, instances: Any, arms: Any
+) -> tuple[Any, Any, int]:
+    """The sizes of a baseline's constructor: ``n_instances``/``n_arms`` may be left out when
+    the labels are given (a baseline keeps a fixed set of instances, so one or the other)."""
+    if n_features is None:
+        raise TypeError("n_features is required")
+    if n_instances is None and instances is None:
+        raise ValueError(
+            "a baseline keeps a fixed set of instances: give n_instances or instances (EbmTS "
+            "and EbmUCB accept new instance ids)"
+        )
+    if n_arms is None and arms is None:
+        raise TypeError("n_arms or arms is required")
+    return n_instances, n_arms, n_features
+
+
+def _labels(instances: Any, arms: Any, features: Any, tie_break: str, rng: Any) -> dict[str, Any]:
+    """The keyword arguments of :class:`~hierbandit.ebm.base.Policy` every baseline passes on."""
+    return {
+        "instances": instances,
+        "arms": arms,
+        "features": features,
+        "grow": False,
+        "tie_break": tie_break,
+        "rng": rng,
+    }
+
+
 class _RidgeBandit(Policy):
     """Shared machinery of LinUCB and LinTS: one ridge regression per (instance, arm).
 
@@ -260,6 +289,11 @@ class LinUCB(_RidgeBandit):
         (:data:`~hierbandit._validation.MIN_REG`, ``MAX_REG``).
     recompute_every : int or None, default 10_000
         Exact recomputation period of each (instance, arm)'s inverse.
+    instances, arms, features
+        Ids of the instances and arms (int or str) and names of the features, in place of (or
+        beside) ``n_instances`` and ``n_arms``; ``select`` then returns arm ids and the
+        read-outs carry them as coordinates (:class:`~hierbandit.ebm.base.Policy`). The set of
+        instances is fixed.
     tie_break, rng
         See :class:`~hierbandit.ebm.base.Policy`.
 
@@ -272,17 +306,23 @@ class LinUCB(_RidgeBandit):
 
     def __init__(
         self,
-        n_instances: int,
-        n_arms: int,
-        n_features: int,
+        n_instances: int | None = None,
+        n_arms: int | None = None,
+        n_features: int | None = None,
         alpha: float = 1.0,
         ridge: float = 1.0,
         *,
         recompute_every: int | None = 10_000,
+        instances: Any = None,
+        arms: Any = None,
+        features: Any = None,
         tie_break: str = "random",
         rng: Any = None,
     ) -> None:
-        super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
+        super().__init__(
+            *_sizes(n_instances, n_arms, n_features, instances, arms),
+            **_labels(instances, arms, features, tie_break, rng),
+        )
         self.alpha = check_scalar(alpha, "alpha", low=0.0)
         self.ridge = check_regularisation(ridge, "ridge")
         self.recompute_every = recompute_every
@@ -314,7 +354,7 @@ class LinUCB(_RidgeBandit):
     def posterior(self) -> xr.Dataset:
         """Mean θ̂ and covariance A⁻¹ (unit noise scale) of every (arm, instance)."""
         mean, cov = self._mean_cov(1.0)
-        return posterior_dataset(mean, cov, policy="LinUCB", noise_scale=1.0)
+        return posterior_dataset(mean, cov, coords=self.coords(), policy="LinUCB", noise_scale=1.0)
 
     def hyperparameters(self) -> xr.Dataset:
         """Prior covariance I/ridge per arm, unit noise variance, and α."""
@@ -324,6 +364,7 @@ class LinUCB(_RidgeBandit):
             Sigma,
             np.ones(K),
             extra={"alpha": ((), self.alpha), "ridge": ((), self.ridge)},
+            coords=self.coords(instances=False),
             policy="LinUCB",
         )
 
@@ -360,6 +401,11 @@ class LinTS(_RidgeBandit):
         note that it is 0 (a greedy choice) in round 1.
     recompute_every : int or None, default 10_000
         Exact recomputation period of each (instance, arm)'s inverse.
+    instances, arms, features
+        Ids of the instances and arms (int or str) and names of the features, in place of (or
+        beside) ``n_instances`` and ``n_arms``; ``select`` then returns arm ids and the
+        read-outs carry them as coordinates (:class:`~hierbandit.ebm.base.Policy`). The set of
+        instances is fixed.
     tie_break, rng
         See :class:`~hierbandit.ebm.base.Policy`. The Gaussian draws use their own child
         stream of ``rng``.
@@ -374,18 +420,24 @@ class LinTS(_RidgeBandit):
 
     def __init__(
         self,
-        n_instances: int,
-        n_arms: int,
-        n_features: int,
+        n_instances: int | None = None,
+        n_arms: int | None = None,
+        n_features: int | None = None,
         v: float = 1.0,
         ridge: float = 1.0,
         *,
         v_schedule: str = "constant",
         recompute_every: int | None = 10_000,
+        instances: Any = None,
+        arms: Any = None,
+        features: Any = None,
         tie_break: str = "random",
         rng: Any = None,
     ) -> None:
-        super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
+        super().__init__(
+            *_sizes(n_instances, n_arms, n_features, instances, arms),
+            **_labels(instances, arms, features, tie_break, rng),
+        )
         self.v = check_scale(v, "v")
         self.ridge = check_regularisation(ridge, "ridge")
         self.v_schedule = check_choice(v_schedule, ("constant", "sqrt_log_t"), "v_schedule")
@@ -434,7 +486,7 @@ class LinTS(_RidgeBandit):
         """Mean θ̂ and covariance v_t² B⁻¹ of every (arm, instance)."""
         vt = self.v_t()
         mean, cov = self._mean_cov(vt * vt)
-        return posterior_dataset(mean, cov, policy="LinTS", v_t=vt)
+        return posterior_dataset(mean, cov, coords=self.coords(), policy="LinTS", v_t=vt)
 
     def hyperparameters(self) -> xr.Dataset:
         """Prior covariance (v_t²/ridge)·I per arm and noise variance v_t², plus v and ridge."""
@@ -445,6 +497,7 @@ class LinTS(_RidgeBandit):
             Sigma,
             np.full(K, vt2),
             extra={"v": ((), self.v), "v_t": ((), math.sqrt(vt2)), "ridge": ((), self.ridge)},
+            coords=self.coords(instances=False),
             policy="LinTS",
         )
 
@@ -525,7 +578,11 @@ class ForcedSamplingBandit(Policy):
         Sigma = np.zeros((K, d, d))
         Sigma[:, np.arange(d), np.arange(d)] = np.inf
         return hyperparameter_dataset(
-            Sigma, self.residual_variance(), extra=extra, policy=type(self).__name__
+            Sigma,
+            self.residual_variance(),
+            extra=extra,
+            coords=self.coords(instances=False),
+            policy=type(self).__name__,
         )
 
 
@@ -565,6 +622,11 @@ class OLSBandit(ForcedSamplingBandit):
     clock : {"local", "global"}, default "local"
         ``"local"``: τ is the instance's own round (its updates so far + 1), each instance
         running a full schedule. ``"global"``: τ is the global round (all updates + 1).
+    instances, arms, features
+        Ids of the instances and arms (int or str) and names of the features, in place of (or
+        beside) ``n_instances`` and ``n_arms``; ``select`` then returns arm ids and the
+        read-outs carry them as coordinates (:class:`~hierbandit.ebm.base.Policy`). The set of
+        instances is fixed.
     tie_break, rng
         See :class:`~hierbandit.ebm.base.Policy`.
 
@@ -579,21 +641,28 @@ class OLSBandit(ForcedSamplingBandit):
 
     def __init__(
         self,
-        n_instances: int,
-        n_arms: int,
-        n_features: int,
+        n_instances: int | None = None,
+        n_arms: int | None = None,
+        n_features: int | None = None,
         q: int = 1,
         h: float = 15.0,
         ridge: float = 1e-6,
         *,
         warmup: bool = True,
         clock: str = "local",
+        instances: Any = None,
+        arms: Any = None,
+        features: Any = None,
         tie_break: str = "random",
         rng: Any = None,
     ) -> None:
-        super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
+        super().__init__(
+            *_sizes(n_instances, n_arms, n_features, instances, arms),
+            **_labels(instances, arms, features, tie_break, rng),
+        )
         self.warmup = check_bool(warmup, "warmup")
-        self._init_forced_sampling(q, h, ridge, clock, n_arms * n_features if self.warmup else 0)
+        warm = self.n_arms * self.n_features if self.warmup else 0
+        self._init_forced_sampling(q, h, ridge, clock, warm)
 
     def _exploit_scores(self, j: int, x: np.ndarray, out: np.ndarray) -> None:
         _filtered_scores(
@@ -604,7 +673,10 @@ class OLSBandit(ForcedSamplingBandit):
         """All-sample OLS mean and covariance σ̂²_k (G + ridge·I)⁻¹; also ``forced_mean``."""
         K, N, d = self.n_arms, self.n_instances, self.n_features
         ds = posterior_dataset(
-            self.all_stats.coef.reshape(K, N, d), self._ols_cov(), policy="OLSBandit"
+            self.all_stats.coef.reshape(K, N, d),
+            self._ols_cov(),
+            coords=self.coords(),
+            policy="OLSBandit",
         )
         ds["forced_mean"] = (
             ("arm", "instance", "feature"),

@@ -53,7 +53,7 @@ from hierbandit._validation import (
     check_vector,
 )
 from hierbandit.ebm.base import posterior_dataset
-from hierbandit.ebm.linear import ForcedSamplingBandit
+from hierbandit.ebm.linear import ForcedSamplingBandit, _labels, _sizes
 from hierbandit.stats.ridge import OLSStats, ols_solve, ols_solve_unit
 
 __all__ = ["RMBandit", "RMEstimate", "lasso_toward", "rm_estimate", "robust_aggregate"]
@@ -506,6 +506,11 @@ class RMBandit(ForcedSamplingBandit):
         Ridge of the step-1 OLS before a design is full rank, in [1e-6, 1e6].
     lasso_tol, lasso_max_iter
         Coordinate-descent stopping rule of step 3.
+    instances, arms, features
+        Ids of the instances and arms (int or str) and names of the features, in place of (or
+        beside) ``n_instances`` and ``n_arms``; ``select`` then returns arm ids and the
+        read-outs carry them as coordinates (:class:`~hierbandit.ebm.base.Policy`). The set of
+        instances is fixed.
     tie_break, rng
         See :class:`~hierbandit.ebm.base.Policy`.
 
@@ -523,9 +528,9 @@ class RMBandit(ForcedSamplingBandit):
 
     def __init__(
         self,
-        n_instances: int,
-        n_arms: int,
-        n_features: int,
+        n_instances: int | None = None,
+        n_arms: int | None = None,
+        n_features: int | None = None,
         q: int = 50,
         h: float = 15.0,
         eta0: float = 0.2,
@@ -538,10 +543,16 @@ class RMBandit(ForcedSamplingBandit):
         ridge: float = 1e-6,
         lasso_tol: float = 1e-10,
         lasso_max_iter: int = 1000,
+        instances: Any = None,
+        arms: Any = None,
+        features: Any = None,
         tie_break: str = "random",
         rng: Any = None,
     ) -> None:
-        super().__init__(n_instances, n_arms, n_features, tie_break=tie_break, rng=rng)
+        super().__init__(
+            *_sizes(n_instances, n_arms, n_features, instances, arms),
+            **_labels(instances, arms, features, tie_break, rng),
+        )
         self._init_forced_sampling(q, h, ridge, clock, 0)
         self.eta0 = check_scalar(eta0, "eta0", low=0.0)
         self.eta1_0 = check_scalar(eta1_0, "eta1_0", low=0.0)
@@ -642,17 +653,15 @@ class RMBandit(ForcedSamplingBandit):
                 "lambda_all": (("arm", "instance"), lam_a),
                 "lambda_forced": ((), self.eta0),
             },
-            coords={
-                "arm": np.arange(K),
-                "instance": np.arange(N),
-                "feature": np.arange(self.n_features),
-            },
+            coords={k: v for k, v in self.coords().items() if k != "feature_"},
         )
 
     def posterior(self) -> xr.Dataset:
         """All-sample RMEstimator ``mean``, OLS reference ``cov``; also forced/global estimates."""
         est = self.estimates()
-        ds = posterior_dataset(est["all_mean"].values, self._ols_cov(), policy="RMBandit")
+        ds = posterior_dataset(
+            est["all_mean"].values, self._ols_cov(), coords=self.coords(), policy="RMBandit"
+        )
         ds["forced_mean"] = est["forced_mean"]
         ds["global_mean"] = est["all_global"]
         ds["forced_global_mean"] = est["forced_global"]
