@@ -410,6 +410,7 @@ def _cascade_sampler(
     chains: int | None,
     random_seed: int | None,
     nuts_sampler: str | None,
+    progressbar: bool | None = None,
 ) -> SamplerConfig:
     """The NUTS settings of a cascade fit or comparison: ``sampler`` (default
     :data:`CASCADE_SAMPLER`) with the given keywords replacing its fields, at least 4 draws."""
@@ -422,6 +423,7 @@ def _cascade_sampler(
         chains=chains,
         random_seed=random_seed,
         nuts_sampler=nuts_sampler,
+        progressbar=progressbar,
     )
 
 
@@ -461,6 +463,7 @@ def fit_cascade_prior(
     chains: int | None = None,
     random_seed: int | None = None,
     nuts_sampler: str | None = None,
+    progressbar: bool | None = None,
     **columns: Any,
 ) -> CascadePrior:
     """Fit a Gaussian prior on θ to a historical cascade log.
@@ -483,8 +486,9 @@ def fit_cascade_prior(
     sampler : SamplerConfig, optional
         NUTS settings (``"mcmc"`` only; default :data:`CASCADE_SAMPLER`, 4 chains × 1,000 draws
         after 1,000 tuning steps; at least 4 draws).
-    draws, tune, chains, random_seed, nuts_sampler
-        Replace the matching fields of ``sampler`` when given.
+    draws, tune, chains, random_seed, nuts_sampler, progressbar
+        Replace the matching fields of ``sampler`` when given (``progressbar=False``: no
+        sampler progress bar).
 
     Returns
     -------
@@ -507,7 +511,7 @@ def fit_cascade_prior(
         from hierbandit.bayes.diagnostics import diagnose
         from hierbandit.bayes.sampling import sample
 
-        cfg = _cascade_sampler(sampler, draws, tune, chains, random_seed, nuts_sampler)
+        cfg = _cascade_sampler(sampler, draws, tune, chains, random_seed, nuts_sampler, progressbar)
         config.update(_sampler_record(cfg))
         model = cascade_click_model(log, lam=lam)
         idata = sample(model, cfg)

@@ -244,6 +244,7 @@ def compare_laplace_nuts(
     chains: int | None = None,
     random_seed: int | None = None,
     nuts_sampler: str | None = None,
+    progressbar: bool | None = None,
     n_predict: int = 15,
     tolerance: float = 4.0,
     find_map: bool = True,
@@ -268,8 +269,9 @@ def compare_laplace_nuts(
         NUTS settings (default :data:`~hierbandit.bayes.cascade.CASCADE_SAMPLER`: 4 chains ×
         1,000 draws after 1,000 tuning steps; at least 4 draws). ``random_seed`` also seeds the
         held-out rows and the random θ of the likelihood check.
-    draws, tune, chains, random_seed, nuts_sampler
-        Replace the matching fields of ``sampler`` when given.
+    draws, tune, chains, random_seed, nuts_sampler, progressbar
+        Replace the matching fields of ``sampler`` when given (``progressbar=False``: no
+        sampler progress bar).
     n_predict : int
         Held-out rows ``[x; onehot(k)]`` (``x ~ N(0, I)``, uniform ``k``) for the predictions.
     tolerance : float
@@ -291,7 +293,7 @@ def compare_laplace_nuts(
 
     log = read_cascade_log(data, **columns)
     lam = check_scalar(lam, "lam", low=0.0, low_inclusive=False)
-    cfg = _cascade_sampler(sampler, draws, tune, chains, random_seed, nuts_sampler)
+    cfg = _cascade_sampler(sampler, draws, tune, chains, random_seed, nuts_sampler, progressbar)
     n_predict = check_positive_int(n_predict, "n_predict")
     tolerance = check_scalar(tolerance, "tolerance", low=0.0, low_inclusive=False)
     d, K, p = log.n_features, log.n_arms, log.n_params
@@ -397,8 +399,11 @@ def compare_laplace_nuts(
         import pymc as pm
 
         with model:
-            mp = pm.find_MAP(progressbar=False, return_raw=False, maxeval=5000)
-        map_gap = float(np.max(np.abs(np.asarray(mp["theta"]) - lap.mean)))
+            mp = pm.find_MAP(
+                progressbar=False, return_inferencedata=True, jitter=False, maxiter=5000
+            )
+        theta_map = mp.posterior["theta"].to_numpy().reshape(-1)
+        map_gap = float(np.max(np.abs(theta_map - lap.mean)))
 
     rows = [
         ("MCMC max r_hat", diag.max_rhat, "<= 1.01", diag.max_rhat <= 1.01),

@@ -301,6 +301,10 @@ def conditional_model(
     parameterization: str = "noncentered",
     collapse_empty: bool = False,
     likelihood: str = "rows",
+    instance: str = "instance",
+    arm: str = "arm",
+    reward: str = "reward",
+    features: Any = None,
 ) -> pm.Model:
     """The ebm two-level model of every arm with the hyperparameters held fixed.
 
@@ -326,6 +330,9 @@ def conditional_model(
         same log-likelihood, constant included, from each cell's sufficient statistics
         (G = Σ xxᵀ, b = Σ xy, Σ y², n) as a potential ``loglik``: its cost grows with the
         number of cells, not of rows.
+    instance, arm, reward, features
+        Column names for :func:`~hierbandit.data.read_log` (unused when ``log`` is a
+        ``HistoricalLog``).
 
     Returns
     -------
@@ -388,7 +395,7 @@ def conditional_model(
     check_choice(parameterization, _PARAMETERIZATIONS, "parameterization")
     check_choice(likelihood, _LIKELIHOODS, "likelihood")
     collapse_empty = check_bool(collapse_empty, "collapse_empty")
-    log = _as_log(log)
+    log = _as_log(log, instance=instance, arm=arm, reward=reward, features=features)
     a = _log_arrays(log)
     Sigma, s2, lam = _check_hyperparameters(Sigma, sigma2, lam, a["K"], a["d"])
     cells = _cells(a, collapse_empty)
@@ -516,12 +523,22 @@ def _build_model(
 
 
 # --------------------------------------------------------------------------- closed form
-def closed_form_posterior(log: Any, Sigma: Any, sigma2: Any, lam: float) -> xr.Dataset:
+def closed_form_posterior(
+    log: Any,
+    Sigma: Any,
+    sigma2: Any,
+    lam: float,
+    *,
+    instance: str = "instance",
+    arm: str = "arm",
+    reward: str = "reward",
+    features: Any = None,
+) -> xr.Dataset:
     """The exact posterior of :func:`conditional_model`, arm by arm (ebm eq. 4.1–4.3).
 
     Parameters
     ----------
-    log, Sigma, sigma2, lam
+    log, Sigma, sigma2, lam, instance, arm, reward, features
         As in :func:`conditional_model`.
 
     Returns
@@ -534,7 +551,7 @@ def closed_form_posterior(log: Any, Sigma: Any, sigma2: Any, lam: float) -> xr.D
         ``(arm, instance, instance_, feature, feature_)``; ``n_rows`` (arm, instance). Attributes
         record λ; ``sigma2`` is a variable (arm).
     """
-    log = _as_log(log)
+    log = _as_log(log, instance=instance, arm=arm, reward=reward, features=features)
     a = _log_arrays(log)
     K, N, d = a["K"], a["N"], a["d"]
     Sigma, s2, lam = _check_hyperparameters(Sigma, sigma2, lam, K, d)
