@@ -38,12 +38,43 @@ def _ucb_choose(Ainv, theta, slot, n, items, tau, beta_const, sqrt_bonus, tie_u)
     Exact ties are broken by ``tie_u`` ∈ [0, 1) (uniformly among the tied items), or towards
     the first item when ``tie_u < 0``.
     """
+    return _ucb_pick(
+        Ainv,
+        theta,
+        slot,
+        n,
+        items,
+        _ALL,
+        tau,
+        beta_const,
+        sqrt_bonus,
+        tie_u,
+        np.empty(items.shape[0]),
+    )
+
+
+#: the mask of :func:`_ucb_pick` that allows every item
+_ALL = np.zeros(0, dtype=np.bool_)
+
+
+@njit(**_JIT)
+def _ucb_pick(Ainv, theta, slot, n, items, allow, tau, beta_const, sqrt_bonus, tie_u, scores):
+    """:func:`_ucb_choose` over the items with ``allow[k]`` (all of them when ``allow`` is
+    empty; at least one is allowed), ``scores`` a scratch array of length ``L``.
+
+    The index of an item does not depend on the others, so restricting the argmax and its
+    ties to the allowed items is the same as calling :func:`_ucb_choose` on those items alone
+    (and mapping the index back).
+    """
     L = items.shape[0]
     d = items.shape[1]
+    masked = allow.shape[0] > 0
     beta = _beta(beta_const, n, tau, d)
-    scores = np.empty(L)
     best = -np.inf
+    first = -1
     for k in range(L):
+        if masked and not allow[k]:
+            continue
         m = 0.0
         v = 0.0
         for i in range(d):
@@ -57,26 +88,44 @@ def _ucb_choose(Ainv, theta, slot, n, items, tau, beta_const, sqrt_bonus, tie_u)
             v = 0.0
         s = m + beta * (math.sqrt(v) if sqrt_bonus else v)
         scores[k] = s
-        if s > best:
+        if first < 0 or s > best:
             best = s
+            first = k
     count = 0
-    first = 0
-    for k in range(L):
-        if scores[k] == best:
-            if count == 0:
-                first = k
+    for k in range(first, L):
+        if (not masked or allow[k]) and scores[k] == best:
             count += 1
     if count <= 1 or tie_u < 0.0:
         return first
     pick = int(tie_u * count)
     if pick >= count:
         pick = count - 1
-    for k in range(L):
-        if scores[k] == best:
+    for k in range(first, L):
+        if (not masked or allow[k]) and scores[k] == best:
             if pick == 0:
                 return k
             pick -= 1
     return first  # pragma: no cover
+
+
+@njit(**_JIT)
+def _ucb_rows(Ainv, theta, counts, slots, items, allow, tau, beta_const, sqrt_bonus, ties, out):
+    """:func:`_ucb_pick` for B requests against one state: request ``r`` is scored with the
+    model in slot ``slots[r]`` (count ``counts[slot]``) on ``items[r]`` (``items[0]`` when one
+    item set is shared) restricted to ``allow[r]`` (``allow`` of shape ``(0, L)``: no mask),
+    with the tie draw ``ties[r]``; the choices go to ``out``."""
+    B = slots.shape[0]
+    shared = items.shape[0] == 1
+    masked = allow.shape[0] > 0
+    scores = np.empty(items.shape[1])
+    none = np.zeros(0, dtype=np.bool_)
+    for r in range(B):
+        X = items[0] if shared else items[r]
+        c = slots[r]
+        a = allow[r] if masked else none
+        out[r] = _ucb_pick(
+            Ainv, theta, c, counts[c], X, a, tau, beta_const, sqrt_bonus, ties[r], scores
+        )
 
 
 @njit(**_JIT)
@@ -127,6 +176,20 @@ def _ridge_run(
         if one:
             suff_add(P[0], P[1], P[2], P[3], u, items[t, k], y)
         ncl[t] = n_models
+
+
+@njit(**_JIT)
+def _ridge_update_rows(R, P, reg, every, one, users, items, ys):
+    """The LinUCB update of the rows ``(users[r], items[r], ys[r])`` in order: the ridge
+    statistics of the user's model (the shared one when ``one``) and, for LinUCB-One, the
+    per-user statistics of the audit."""
+    G, b, q, n, Ainv, theta = R
+    for r in range(users.shape[0]):
+        u = users[r]
+        slot = 0 if one else u
+        ridge_add(G, b, q, n, Ainv, theta, reg, slot, items[r], ys[r], every)
+        if one:
+            suff_add(P[0], P[1], P[2], P[3], u, items[r], ys[r])
 
 
 # ---------------------------------------------------------------------- SCLUB kernels
@@ -461,6 +524,14 @@ def _sclub_run(
         ncl[t] = meta[2]
 
 
+@njit(**_JIT)
+def _sclub_update_rows(U, C, L, X, XF, sm, fp, ip, reg, users, items, ys, t0):
+    """:func:`_sclub_update` of the rows ``(users[r], items[r], ys[r])`` in order, at rounds
+    τ = t0 + 1, t0 + 2, … (what a loop of ``update`` calls does)."""
+    for r in range(users.shape[0]):
+        _sclub_update(U, C, L, X, XF, sm, fp, ip, reg, users[r], items[r], ys[r], t0 + r + 1)
+
+
 # ---------------------------------------------------------------------- CLUB kernels
 
 
@@ -659,6 +730,13 @@ def _club_update(U, C, L, adj, UF, alpha2, reg, uevery, cevery, u, x, y):
             cs_move_users(
                 U, C, L, reg, grouped[starts[k] : starts[k + 1]], starts[k + 1] - starts[k]
             )
+
+
+@njit(**_JIT)
+def _club_update_rows(U, C, L, adj, UF, alpha2, reg, uevery, cevery, users, items, ys):
+    """:func:`_club_update` of the rows ``(users[r], items[r], ys[r])`` in order."""
+    for r in range(users.shape[0]):
+        _club_update(U, C, L, adj, UF, alpha2, reg, uevery, cevery, users[r], items[r], ys[r])
 
 
 @njit(**_JIT)
