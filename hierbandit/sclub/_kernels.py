@@ -38,40 +38,23 @@ def _ucb_choose(Ainv, theta, slot, n, items, tau, beta_const, sqrt_bonus, tie_u)
     Exact ties are broken by ``tie_u`` ∈ [0, 1) (uniformly among the tied items), or towards
     the first item when ``tie_u < 0``.
     """
-    return _ucb_pick(
-        Ainv,
-        theta,
-        slot,
-        n,
-        items,
-        _ALL,
-        tau,
-        beta_const,
-        sqrt_bonus,
-        tie_u,
-        np.empty(items.shape[0]),
-    )
+    scores = np.empty(items.shape[0])
+    _ucb_scores(Ainv, theta, slot, n, items, _ALL, tau, beta_const, sqrt_bonus, scores)
+    return _pick(scores, _ALL, tie_u)
 
 
-#: the mask of :func:`_ucb_pick` that allows every item
+#: the mask of :func:`_ucb_scores` and :func:`_pick` that allows every item
 _ALL = np.zeros(0, dtype=np.bool_)
 
 
 @njit(**_JIT)
-def _ucb_pick(Ainv, theta, slot, n, items, allow, tau, beta_const, sqrt_bonus, tie_u, scores):
-    """:func:`_ucb_choose` over the items with ``allow[k]`` (all of them when ``allow`` is
-    empty; at least one is allowed), ``scores`` a scratch array of length ``L``.
-
-    The index of an item does not depend on the others, so restricting the argmax and its
-    ties to the allowed items is the same as calling :func:`_ucb_choose` on those items alone
-    (and mapping the index back).
-    """
+def _ucb_scores(Ainv, theta, slot, n, items, allow, tau, beta_const, sqrt_bonus, scores):
+    """The index θ̂ᵀx_k + β‖x_k‖_{A⁻¹} of the model in ``slot`` (count ``n``) for the items
+    with ``allow[k]`` (every item when ``allow`` is empty), written to ``scores[k]``."""
     L = items.shape[0]
     d = items.shape[1]
     masked = allow.shape[0] > 0
     beta = _beta(beta_const, n, tau, d)
-    best = -np.inf
-    first = -1
     for k in range(L):
         if masked and not allow[k]:
             continue
@@ -86,10 +69,24 @@ def _ucb_pick(Ainv, theta, slot, n, items, allow, tau, beta_const, sqrt_bonus, t
             v += xi * t
         if v < 0.0:
             v = 0.0
-        s = m + beta * (math.sqrt(v) if sqrt_bonus else v)
-        scores[k] = s
-        if first < 0 or s > best:
-            best = s
+        scores[k] = m + beta * (math.sqrt(v) if sqrt_bonus else v)
+
+
+@njit(**_JIT)
+def _pick(scores, allow, tie_u):
+    """The first of the largest ``scores`` over the allowed items (every item when ``allow``
+    is empty; at least one is allowed), or with ``tie_u`` ∈ [0, 1) one of the tied ones,
+    uniformly. The index of an item does not depend on the others, so restricting the argmax
+    and its ties to the allowed items is the same as choosing among those items alone."""
+    L = scores.shape[0]
+    masked = allow.shape[0] > 0
+    best = -np.inf
+    first = -1
+    for k in range(L):
+        if masked and not allow[k]:
+            continue
+        if first < 0 or scores[k] > best:
+            best = scores[k]
             first = k
     count = 0
     for k in range(first, L):
@@ -110,22 +107,44 @@ def _ucb_pick(Ainv, theta, slot, n, items, allow, tau, beta_const, sqrt_bonus, t
 
 @njit(**_JIT)
 def _ucb_rows(Ainv, theta, counts, slots, items, allow, tau, beta_const, sqrt_bonus, ties, out):
-    """:func:`_ucb_pick` for B requests against one state: request ``r`` is scored with the
-    model in slot ``slots[r]`` (count ``counts[slot]``) on ``items[r]`` (``items[0]`` when one
-    item set is shared) restricted to ``allow[r]`` (``allow`` of shape ``(0, L)``: no mask),
-    with the tie draw ``ties[r]``; the choices go to ``out``."""
+    """The choices of B requests against one state: request ``r`` is scored with the model in
+    slot ``slots[r]`` (count ``counts[slot]``) on ``items[r]`` restricted to ``allow[r]``
+    (``allow`` of shape ``(0, L)``: no mask) and takes the tie draw ``ties[r]``; the choices go
+    to ``out``. When one item set is shared (``items`` of shape ``(1, L, d)``) the scores of a
+    slot are computed once, at its first request, and reused (the same numbers)."""
     B = slots.shape[0]
+    L = items.shape[1]
     shared = items.shape[0] == 1
     masked = allow.shape[0] > 0
-    scores = np.empty(items.shape[1])
     none = np.zeros(0, dtype=np.bool_)
+    if shared:
+        cache = np.empty((Ainv.shape[0], L))
+        done = np.zeros(Ainv.shape[0], dtype=np.bool_)
+        for r in range(B):
+            c = slots[r]
+            if not done[c]:
+                _ucb_scores(
+                    Ainv, theta, c, counts[c], items[0], none, tau, beta_const, sqrt_bonus, cache[c]
+                )
+                done[c] = True
+            out[r] = _pick(cache[c], allow[r] if masked else none, ties[r])
+        return
+    scores = np.empty(L)
     for r in range(B):
-        X = items[0] if shared else items[r]
         c = slots[r]
         a = allow[r] if masked else none
-        out[r] = _ucb_pick(
-            Ainv, theta, c, counts[c], X, a, tau, beta_const, sqrt_bonus, ties[r], scores
-        )
+        _ucb_scores(Ainv, theta, c, counts[c], items[r], a, tau, beta_const, sqrt_bonus, scores)
+        out[r] = _pick(scores, a, ties[r])
+
+
+@njit(**_JIT)
+def _within(flat, bound):
+    """Whether every entry of ``flat`` is finite with magnitude at most ``bound`` (one pass,
+    no temporaries: the check of a batch's items before anything is scored)."""
+    for i in range(flat.shape[0]):  # noqa: SIM110 (a compiled loop, not a generator)
+        if not abs(flat[i]) <= bound:  # NaN fails too
+            return False
+    return True
 
 
 @njit(**_JIT)

@@ -90,6 +90,7 @@ from hierbandit.sclub._kernels import (
     _sclub_update,
     _sclub_update_rows,
     _ucb_rows,
+    _within,
 )
 
 # ---------------------------------------------------------------------- β helpers
@@ -323,7 +324,7 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
         """
         codes = self._user_codes(users)
         B = codes.shape[0]
-        X = _as_float_array(items, "items")
+        X = _feature_array(items, "items")
         d = self.n_features
         if X.ndim == 2 and X.shape[1] == d:
             X = X[None]
@@ -331,9 +332,8 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
             raise ValueError(f"items must have shape ({B}, L, {d}) or (L, {d}), got {X.shape}")
         if X.shape[1] == 0:
             raise ValueError("items must contain at least one item per request")
-        check_feature_array(X, "items")
         mask = None if allowed is None else _check_mask(allowed, (B, X.shape[1]), "allowed")
-        return self._select_rows(codes, np.ascontiguousarray(X), mask)
+        return self._select_rows(codes, X, mask)
 
     def update(self, user: Any, item_features: Any, reward: float) -> None:
         """Record that ``user`` was shown ``item_features`` (shape ``(d,)``) and paid ``reward``."""
@@ -354,17 +354,16 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
             users, item_features, rewards = self._frame_columns(users)
         codes = self._user_codes(users)
         B = codes.shape[0]
-        X = _as_float_array(item_features, "item_features")
+        X = _feature_array(item_features, "item_features")
         if X.shape != (B, self.n_features):
             raise ValueError(
                 f"item_features must have shape ({B}, {self.n_features}), got {X.shape}"
             )
-        check_feature_array(X, "item_features")
         Y = _as_float_array(rewards, "rewards")
         if Y.shape != (B,):
             raise ValueError(f"rewards must have shape ({B},), got {Y.shape}")
         _check_finite(Y, "rewards", MAX_ABS)
-        self._update_rows(codes, np.ascontiguousarray(X), Y)
+        self._update_rows(codes, X, Y)
 
     def _frame_columns(self, frame: Any) -> tuple[Any, Any, Any]:
         names = (
@@ -578,6 +577,20 @@ def _n_features(n_features: Any, features: Any) -> int:
             raise TypeError("features must be a sequence of feature names (str)")
         return check_positive_int(len(features), "n_features")
     return check_positive_int(n_features, "n_features")
+
+
+def _feature_array(value: Any, name: str) -> np.ndarray:
+    """``value`` as a C-contiguous float64 array whose entries are finite with magnitude at
+    most ``MAX_FEATURE`` (else the error of :func:`check_feature_array`). A float64 array is
+    checked in place, in one compiled pass (nothing keeps it: the kernels read it during the
+    call, under the policy's lock)."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float64:
+        arr = np.ascontiguousarray(value)
+    else:
+        arr = np.ascontiguousarray(_as_float_array(value, name))
+    if not _within(arr.reshape(-1), MAX_FEATURE):
+        check_feature_array(arr, name)  # raises, naming the argument
+    return arr
 
 
 def _check_mask(allowed: Any, shape: tuple[int, ...], name: str) -> np.ndarray:

@@ -66,12 +66,15 @@ def _loop_block(p, users, items, means, noise, mask):
         [p.select(int(u), X, allowed=m) for u, X, m in zip(users, items, mask, strict=True)]
     )
     plain = np.array([p.select(int(u), X) for u, X in zip(users, items, strict=True)])
+    shared = np.array(
+        [p.select(int(u), items[0], allowed=m) for u, m in zip(users, mask, strict=True)]
+    )
     y = _reward(means, noise, masked)
     ncl = []
     for u, X, k, r in zip(users, items, masked, y, strict=True):
         p.update(int(u), X[k], float(r))
         ncl.append(p.n_clusters)
-    return masked, plain, np.array(ncl)
+    return masked, plain, shared, np.array(ncl)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -79,11 +82,13 @@ def test_batches_equal_the_loop(name):
     loop, batch = _make(name), _make(name)
     ncl = [loop.n_clusters]
     for users, items, means, noise, mask in _rounds(3):
-        want, plain, counts = _loop_block(loop, users, items, means, noise, mask)
+        want, plain, shared, counts = _loop_block(loop, users, items, means, noise, mask)
         got = batch.select_batch(users, items, allowed=mask)
         assert np.array_equal(got, want)
         assert mask[np.arange(users.size), got].all()
         assert np.array_equal(batch.select_batch(users, items), plain)
+        # one item set for every request: each slot's scores are computed once and reused
+        assert np.array_equal(batch.select_batch(users, items[0], allowed=mask), shared)
         y = _reward(means, noise, got)
         batch.update_batch(users, items[np.arange(users.size), got], y)
         assert snapshot(batch) == snapshot(loop)
