@@ -21,6 +21,11 @@ One episode serves ``N`` users for up to ``H`` steps::
     policy.update(X, arms, clicks)     # arms (N, H) with -1 where nothing was shown,
                                        # clicks (N, H) 0/1; once per episode (Alg. 1 lines 23-28)
 
+Serving (docs/cascading.md, "Serving"; A23): ``recommend_batch(X_b, allowed=...)`` gives B more
+users of the current episode their slates, ``update_batch(X_b, arms_b, clicks_b)`` (or a
+DataFrame of displayed positions) records their sessions, and ``end_episode()`` learns from all
+the episode's sessions at once; a batch equals the loop of one-user calls bit for bit (A24).
+
 ``update`` accepts only data that follow the cascade rule (every displayed item up to and
 including the click, nothing after; a session without a click shows all ``H`` items), and
 contexts of magnitude at most ``MAX_FEATURE`` = 1e6 (:mod:`hierbandit._validation`).
@@ -34,7 +39,7 @@ returns an :class:`xarray.Dataset`; ``get_params()``/``clone()`` follow
 :class:`hierbandit.ebm.Policy`. Randomness (ε-draws, Thompson draws, random tie-breaks)
 comes from child streams of ``rng``.
 
-Decisions on the paper's ambiguities (rows A1–A22) are listed in ``docs/cascading.md``; the
+Decisions on the paper's ambiguities (rows A1–A25) are listed in ``docs/cascading.md``; the
 main ones: the parameter update defaults to the corrected Newton step
 (``update_rule="newton1"``; the printed rule is ``update_rule="paper_literal"``), β is a constant 0.5 by
 default (``beta="theory"`` gives Theorem 5.2's radius), round-robin warm-up is
@@ -1005,8 +1010,10 @@ class CascadeEpsilonGreedy(_LogisticCascadePolicy):
     """The paper's ε-greedy baseline (§8; docs/cascading.md, "Baselines").
 
     The same estimator and backward planning as UCBBP; at each (user, step), with probability ε
-    a uniformly random arm, otherwise ``argmax_k Q̂[n,h,k]``. The draws are made at the start of
-    the episode (open loop); the first ``warmup`` episodes are round-robin as in UCBBP.
+    a uniformly random arm, otherwise ``argmax_k Q̂[n,h,k]``. The draws are made when the user's
+    slate is planned (open loop), one uniform ``u`` per (user, step): explore when ``u < ε``, and
+    then show arm ``⌊K u/ε⌋`` (of the allowed arms), since ``u/ε`` is then uniform on [0, 1)
+    (docs/cascading.md A24). The first ``warmup`` episodes are round-robin as in UCBBP.
 
     Parameters
     ----------
