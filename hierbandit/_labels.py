@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["Labels", "as_label"]
+__all__ = ["Labels", "as_label", "check_feature_names", "copy_labels", "labels_arg"]
 
 _KINDS = ("range", "int", "str")
 
@@ -137,6 +137,43 @@ class Labels:
             return -1
         self._sync()
         return self._index.get(label, -1)
+
+    def codes(self, values: Any, name: str) -> np.ndarray:
+        """The codes (``int64``) of a 1-D sequence of labels; every one must be in the table.
+
+        Raises ``TypeError`` for an id that is not an integer or a string (or a mix of the two
+        that NumPy turned into strings) and ``ValueError`` for an unknown id, naming ``name``
+        and the position.
+        """
+        arr = np.asarray(values)
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D sequence of ids, got shape {arr.shape}")
+        if arr.dtype.kind == "U" and not all(isinstance(v, str | np.str_) for v in values):
+            raise TypeError(f"{name}: ids must be all integers or all strings, not a mix")
+        if arr.dtype.kind in "iu" and not isinstance(values, np.ndarray):
+            # NumPy turns [0, True] into [0, 1]: a boolean is not an id
+            flags = [isinstance(v, bool | np.bool_) for v in values]
+            if any(flags):
+                i = flags.index(True)
+                raise TypeError(f"{name}[{i}] must be an integer or string id, got a bool")
+        if self.kind == "range" and arr.dtype.kind in "iu":
+            codes = arr.astype(np.int64)
+            bad = (codes < 0) | (codes >= self.n)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"{name}[{i}] must be in [0, {self.n}), got {arr[i]}")
+            return codes
+        if arr.size and arr.dtype.kind not in "iuUO":
+            raise TypeError(f"{name} must hold integer or string ids, got dtype {arr.dtype}")
+        out = np.empty(arr.shape[0], dtype=np.int64)
+        for i, v in enumerate(arr.tolist()):
+            c = self.get(as_label(v, f"{name}[{i}]"))
+            if c < 0:
+                raise ValueError(
+                    f"{name}[{i}] = {v!r:.80} is not one of the {self.n} {self.name} ids"
+                )
+            out[i] = c
+        return out
 
     # ------------------------------------------------------------------ growing
     def add(self, label: int | str) -> int:
@@ -258,3 +295,61 @@ def _append_many(arr: np.ndarray, at: int, values: np.ndarray) -> np.ndarray:
         arr = grown
     arr[at:need] = values
     return arr
+
+
+def _positive_int(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {int(value)}")
+    return int(value)
+
+
+def check_feature_names(features: Any, d: int | None) -> tuple[str, ...] | None:
+    """``features`` as a tuple of ``d`` unique names (str), or None."""
+    if features is None:
+        return None
+    if isinstance(features, str) or not hasattr(features, "__iter__"):
+        raise TypeError("features must be a sequence of feature names (str)")
+    names = tuple(features)
+    for f in names:
+        if not isinstance(f, str):
+            raise TypeError(f"features must hold names (str), got {type(f).__name__} {f!r:.80}")
+    if d is not None and len(names) != d:
+        raise ValueError(f"features must name the {d} features, got {len(names)} names")
+    if len(set(names)) != len(names):
+        raise ValueError("features must be unique names")
+    return names
+
+
+def labels_arg(n: Any, values: Any, n_name: str, name: str, *, minimum: int) -> Labels:
+    """The labels of a model's units (instances, arms, users) from their number ``n`` (argument
+    ``n_name``) and/or their ids ``values``: a range when only ``n`` is given or the ids are
+    ``0 .. n-1``; a restored :class:`Labels` is checked, then copied."""
+    if values is None:
+        return Labels.range(_positive_int(n, n_name, minimum), name=name)
+    if isinstance(values, Labels):
+        labels = copy_labels(values)  # e.g. a restored table: checked, then taken as is
+        labels.name = name
+        labels.check()
+    else:
+        if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+            raise TypeError(f"{name}s must be a sequence of ids, got {type(values).__name__}")
+        values = list(values)
+        if values == list(range(len(values))):
+            labels = Labels.range(len(values), name=name)
+        else:
+            labels = Labels(values, name=name)
+    if n is not None and _positive_int(n, n_name, minimum) != len(labels):
+        raise ValueError(f"{n_name} = {n} but {len(labels)} {name} ids are given")
+    if len(labels) < minimum:
+        raise ValueError(f"{name}s must hold at least {minimum} id(s)")
+    return labels
+
+
+def copy_labels(labels: Labels) -> Labels:
+    """An independent copy of ``labels`` (its tables copied, the lookups rebuilt lazily)."""
+    out = Labels(name=labels.name)
+    out.kind, out.n = labels.kind, labels.n
+    out._ints, out._utf8, out._ends = labels._ints.copy(), labels._utf8.copy(), labels._ends.copy()
+    return out

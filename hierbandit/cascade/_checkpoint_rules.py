@@ -41,6 +41,29 @@ def _check_cascade(p: Any) -> None:
         if slate is None:
             fail("_slate is missing for the episode in progress")
         _int_matrix(slate, (X.shape[0], H), K, "_slate")
+    count(p._served, "_served")
+    pending = p._pending
+    if not isinstance(pending, list):
+        fail("_pending must be a list of recorded sessions")
+    for i, item in enumerate(pending):
+        if not isinstance(item, tuple) or len(item) != 3:
+            fail(f"_pending[{i}] must be a (contexts, arms, clicks) tuple")
+        Xs, A, C = item
+        if not (
+            isinstance(Xs, np.ndarray)
+            and Xs.dtype == np.float64
+            and isinstance(A, np.ndarray)
+            and A.dtype == np.int64
+            and isinstance(C, np.ndarray)
+            and C.dtype == np.int8
+        ):
+            fail(f"_pending[{i}] must hold float64 contexts, int64 arms and int8 clicks")
+        from hierbandit.cascade.policies import check_cascade_feedback
+
+        try:  # the recorded sessions follow the cascade rule (what update_batch accepts)
+            check_cascade_feedback(Xs, A, C, p.n_features, K, H)
+        except (TypeError, ValueError) as exc:
+            fail(f"_pending[{i}]: {exc}")
     cc = getattr(p, "_cov_chol", None)
     if cc is not None:
         q = p.n_params
@@ -74,9 +97,9 @@ def _check_aucbbp(p: Any) -> None:
         fail(f"_budget = {p._budget} is not in [1, {ku.shape[0]}]")
 
 
-#: the episode in progress, and CascadeLinTS's square root of the covariance (cached per
-#: episode plan)
-_CASCADE_DYN = frozenset({"_X", "_slate", "_cov_chol"})
+#: the episode in progress (step-wise protocol; users served and sessions recorded by the
+#: serving calls), and CascadeLinTS's square root of the covariance (cached per episode plan)
+_CASCADE_DYN = frozenset({"_X", "_slate", "_cov_chol", "_served", "_pending"})
 for _name in (
     "UCBBP",
     "CascadeEpsilonGreedy",

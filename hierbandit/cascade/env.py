@@ -145,8 +145,12 @@ def backward_plan(P: Any, rewards: Any, horizon: int) -> tuple[np.ndarray, np.nd
     return backward_plan_unchecked(P, e, H)
 
 
-def backward_plan_unchecked(P: np.ndarray, e: np.ndarray, H: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unchecked :func:`backward_plan`."""
+def backward_plan_unchecked(
+    P: np.ndarray, e: np.ndarray, H: int, allowed: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Unchecked :func:`backward_plan`; with ``allowed`` (a boolean mask of the shape of ``P``,
+    at least one arm per context) the plan of a user who may only be shown the allowed arms:
+    ``V_h`` is the maximum of ``Q_h`` over them (``Q`` is still computed for every arm)."""
     lead = P.shape[:-1]
     K = P.shape[-1]
     Q = np.empty((*lead, H, K))
@@ -157,7 +161,10 @@ def backward_plan_unchecked(P: np.ndarray, e: np.ndarray, H: int) -> tuple[np.nd
         q = Q[..., h, :]
         np.multiply(one_minus, V[..., h + 1, None], out=q)
         q += r
-        V[..., h] = q.max(axis=-1)
+        if allowed is None:
+            V[..., h] = q.max(axis=-1)
+        else:
+            V[..., h] = np.where(allowed, q, -np.inf).max(axis=-1)
     return Q, V
 
 

@@ -21,6 +21,11 @@ One episode serves ``N`` users for up to ``H`` steps::
     policy.update(X, arms, clicks)     # arms (N, H) with -1 where nothing was shown,
                                        # clicks (N, H) 0/1; once per episode (Alg. 1 lines 23-28)
 
+Serving (docs/cascading.md, "Serving"; A23): ``recommend_batch(X_b, allowed=...)`` gives B more
+users of the current episode their slates, ``update_batch(X_b, arms_b, clicks_b)`` (or a
+DataFrame of displayed positions) records their sessions, and ``end_episode()`` learns from all
+the episode's sessions at once; a batch equals the loop of one-user calls bit for bit (A24).
+
 ``update`` accepts only data that follow the cascade rule (every displayed item up to and
 including the click, nothing after; a session without a click shows all ``H`` items), and
 contexts of magnitude at most ``MAX_FEATURE`` = 1e6 (:mod:`hierbandit._validation`).
@@ -34,7 +39,7 @@ returns an :class:`xarray.Dataset`; ``get_params()``/``clone()`` follow
 :class:`hierbandit.ebm.Policy`. Randomness (ε-draws, Thompson draws, random tie-breaks)
 comes from child streams of ``rng``.
 
-Decisions on the paper's ambiguities (rows A1–A22) are listed in ``docs/cascading.md``; the
+Decisions on the paper's ambiguities (rows A1–A25) are listed in ``docs/cascading.md``; the
 main ones: the parameter update defaults to the corrected Newton step
 (``update_rule="newton1"``; the printed rule is ``update_rule="paper_literal"``), β is a constant 0.5 by
 default (``beta="theory"`` gives Theorem 5.2's radius), round-robin warm-up is
@@ -47,6 +52,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 import scipy.linalg
 import scipy.stats
 import xarray as xr
@@ -66,6 +72,7 @@ from hierbandit._validation import (
     check_scale,
     check_vector,
 )
+from hierbandit.cascade._kernels import joint_logits, joint_quad, sampled_attractions
 from hierbandit.cascade.env import (
     backward_plan,
     backward_plan_unchecked,
@@ -73,7 +80,7 @@ from hierbandit.cascade.env import (
     slate_value,
 )
 from hierbandit.checkpoint import SharedStateMixin
-from hierbandit.stats.logistic import UPDATES, OnlineLogistic, joint_quadform, spd_factor
+from hierbandit.stats.logistic import UPDATES, OnlineLogistic, spd_factor
 
 __all__ = [
     "AUCBBP",
@@ -294,18 +301,144 @@ def _param_labels(d: int, K: int) -> list[str]:
     return [f"x{i}" for i in range(d)] + [f"arm{k}" for k in range(K)]
 
 
+def _logits(X: np.ndarray, theta: np.ndarray, K: int) -> np.ndarray:
+    """``z_{n,k}ᵀθ`` per user and arm, row by row (:mod:`hierbandit.cascade._kernels`)."""
+    out = np.empty((X.shape[0], K))
+    joint_logits(X, theta, K, out)
+    return out
+
+
+def _widths2(X: np.ndarray, cov: np.ndarray, K: int) -> np.ndarray:
+    """``z_{n,k}ᵀ cov z_{n,k}`` per user and arm, row by row."""
+    out = np.empty((X.shape[0], K))
+    joint_quad(X, cov, K, out)
+    return out
+
+
+def _allowed_index(mask: np.ndarray | None, N: int, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each user's allowed arms in increasing order (first ``counts[n]`` entries of row ``n``
+    of ``idx``, shape (N, K)) and their number; every arm without a mask."""
+    if mask is None:
+        return np.broadcast_to(np.arange(K), (N, K)), np.full(N, K)
+    return np.argsort(~mask, axis=1, kind="stable"), mask.sum(axis=1)
+
+
+def _round_robin(
+    t: int, N: int, H: int, K: int, offset: int, mask: np.ndarray | None
+) -> np.ndarray:
+    """:func:`round_robin` for the users ``offset .. offset + N − 1`` of episode ``t``, each
+    cycling through its allowed arms (all of them without a mask: then exactly
+    :func:`round_robin`'s rows)."""
+    j = (offset + np.arange(N))[:, None] + np.arange(H)[None, :] + (t - 1) * H
+    if mask is None:
+        return j % K
+    idx, counts = _allowed_index(mask, N, K)
+    return np.take_along_axis(idx, j % counts[:, None], axis=1)
+
+
+def _check_allowed(allowed: Any, N: int, K: int) -> np.ndarray | None:
+    """``allowed`` as an (N, K) boolean mask (or None): a boolean array, or one collection of
+    arm ids per user; every user must be allowed at least one arm."""
+    if allowed is None:
+        return None
+    arr = None if isinstance(allowed, list) else np.asarray(allowed)
+    if arr is not None and arr.dtype == np.bool_:
+        if arr.shape != (N, K):
+            raise ValueError(f"allowed must be an ({N}, {K}) boolean mask, got {arr.shape}")
+        mask = np.ascontiguousarray(arr).copy()
+    else:
+        rows = list(allowed)
+        if len(rows) != N:
+            raise ValueError(f"allowed must give the allowed arms of each of the {N} users")
+        mask = np.zeros((N, K), dtype=bool)
+        for i, row in enumerate(rows):
+            if isinstance(row, str) or not hasattr(row, "__iter__"):
+                raise TypeError(f"allowed[{i}] must be a collection of arm ids")
+            for a in row:
+                mask[i, check_index(a, K, f"allowed[{i}]")] = True
+    empty = ~mask.any(axis=1)
+    if empty.any():
+        raise ValueError(f"allowed[{int(np.flatnonzero(empty)[0])}] allows no arm")
+    return mask
+
+
+def _frame_sessions(
+    frame: Any, features: Any, n_features: int, n_arms: int, horizon: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One row per displayed position (columns ``user``, ``position``, ``arm``, ``click`` and
+    the context) → session arrays ``(X (S, d), arms (S, H), clicks (S, H))``, sessions in the
+    order their user first appears; the cascade rule is checked by the caller."""
+    if features is None:
+        names = [f"x{i}" for i in range(n_features)]
+    else:
+        if isinstance(features, str) or not hasattr(features, "__iter__"):
+            raise TypeError("features must be a sequence of column names (str)")
+        names = list(features)
+        if len(names) != n_features:
+            raise ValueError(f"features must name the {n_features} context columns")
+    missing = [c for c in ("user", "position", "arm", "click", *names) if c not in frame.columns]
+    if missing:
+        raise ValueError(f"the DataFrame lacks the columns {missing}")
+    session, _ = pd.factorize(frame["user"], use_na_sentinel=True)
+    if np.any(session < 0):
+        raise ValueError("the user column has missing ids")
+    cols = {}
+    for name, hi in (("position", horizon), ("arm", n_arms)):
+        v = np.asarray(frame[name].to_numpy())
+        if v.dtype.kind not in "iu":
+            raise TypeError(f"the {name} column must hold integers, got dtype {v.dtype}")
+        if v.size and (v.min() < 0 or v.max() >= hi):
+            raise ValueError(f"the {name} column must hold values in [0, {hi})")
+        cols[name] = v.astype(np.int64)
+    click = np.asarray(frame["click"].to_numpy())
+    if click.dtype.kind not in "biuf":
+        raise TypeError(f"the click column must be 0/1, got dtype {click.dtype}")
+    if not np.all((click == 0) | (click == 1)):
+        raise ValueError("the click column must hold 0/1 click indicators")
+    rows = _as_float_array(frame[names].to_numpy(), "contexts")
+    check_feature_array(rows, "contexts")
+    S = int(session.max()) + 1 if session.size else 0
+    if S == 0:
+        raise ValueError("the DataFrame holds no displayed position")
+    pos = cols["position"]
+    seen = np.zeros((S, horizon), dtype=np.int64)
+    np.add.at(seen, (session, pos), 1)
+    if np.any(seen > 1):
+        raise ValueError("a session (user) has the same position twice")
+    first = np.full(S, len(session))
+    np.minimum.at(first, session, np.arange(len(session)))
+    X = rows[first]
+    if np.any(X[session] != rows):
+        raise ValueError("the context of a session (user) changes between its rows")
+    arms = np.full((S, horizon), -1, dtype=np.int64)
+    clicks = np.zeros((S, horizon), dtype=np.int8)
+    arms[session, pos] = cols["arm"]
+    clicks[session, pos] = click
+    return X, arms, clicks
+
+
 # ---------------------------------------------------------------------- base class
 class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
     """Base class of the episode-level cascading policies.
 
-    Thread safety and checkpoints: ``start_episode``, ``select``, ``recommend``, ``update``,
-    ``posterior`` and ``save`` hold the policy's re-entrant lock, so concurrent calls are
-    serialised and the state equals that of the same calls made one after another in the
-    order they took the lock. The step-wise protocol (``start_episode``, then ``select`` per
-    step) keeps one episode in progress per policy, so threads sharing a policy should use
-    :meth:`recommend` (one call per episode) and :meth:`update`, which need no episode in
-    progress. ``save(path)`` / ``load(path)`` write and restore the full state
-    (:mod:`hierbandit.checkpoint`).
+    Serving: an episode is the set of users served between two learning steps. Requests come
+    in any number of :meth:`recommend_batch` calls (B users each; a slate per user), feedback in
+    any number of :meth:`update_batch` calls (B users' sessions, as arrays or a DataFrame of
+    displayed positions), and :meth:`end_episode` learns from every session recorded in the
+    episode at once, as Algorithms 1 and 3 do at the end of an episode. A batch gives the
+    same slates, random draws and final state as the loop of one-user calls in the same order
+    (AUCBBP excepted: it ranks the users of an episode against each other, so it takes all of
+    them in one call). :meth:`update` is :meth:`update_batch` followed by :meth:`end_episode`.
+
+    Thread safety and checkpoints: ``start_episode``, ``select``, ``recommend``,
+    ``recommend_batch``, ``update``, ``update_batch``, ``end_episode``, ``posterior`` and
+    ``save`` hold the policy's re-entrant lock, so concurrent calls are serialised and the
+    state equals that of the same calls made one after another in the order they took the
+    lock. The step-wise protocol (``start_episode``, then ``select`` per step) keeps one
+    episode in progress per policy, so threads sharing a policy should use the serving calls
+    or :meth:`recommend` (one call per episode) and :meth:`update`. ``save(path)`` /
+    ``load(path)`` write and restore the full state, the sessions recorded in the current
+    episode included (:mod:`hierbandit.checkpoint`).
 
     Parameters
     ----------
@@ -329,9 +462,20 @@ class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
         "start_episode",
         "select",
         "recommend",
+        "recommend_batch",
         "update",
+        "update_batch",
+        "end_episode",
         "posterior",
     )
+    #: attributes added since checkpoints were first written, with the value an older
+    #: checkpoint implies (:mod:`hierbandit._restore` fills them in before checking)
+    _checkpoint_added: ClassVar[dict[str, Any]] = {
+        "_served": lambda p: 0,
+        "_pending": lambda p: [],
+    }
+    #: whether the users of an episode must be planned in one call (AUCBBP ranks them)
+    _one_call_per_episode: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -357,6 +501,11 @@ class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
         self.t = 0
         self._X: np.ndarray | None = None
         self._slate: np.ndarray | None = None
+        #: users given slates by recommend_batch in the current episode (their positions in
+        #: the episode's round robin continue from here)
+        self._served = 0
+        #: sessions recorded in the current episode, learned from at its end
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     @property
     def n_params(self) -> int:
@@ -364,10 +513,16 @@ class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
         return self.n_features + self.n_arms
 
     # ------------------------------------------------------------------ public API
-    def start_episode(self, contexts: Any) -> None:
-        """Observe the episode's ``N`` user contexts ``(N, d)`` and plan the episode."""
+    def start_episode(self, contexts: Any, *, allowed: Any = None) -> None:
+        """Observe the episode's ``N`` user contexts ``(N, d)`` and plan the episode.
+
+        ``allowed`` (optional): an ``(N, K)`` boolean mask, or for each user a collection of
+        arm ids, restricting the arms each user may be shown (at least one); the plan is then
+        the backward plan over those arms (docs/cascading.md, "Serving").
+        """
         X = _check_contexts(contexts, self.n_features)
-        self._start(X)
+        mask = _check_allowed(allowed, X.shape[0], self.n_arms)
+        self._start(X, mask)
 
     def select(self, step: int, active: Any = None) -> np.ndarray:
         """Arms of every user at ``step`` (0-based), shape ``(N,)``; only the users still
@@ -384,16 +539,53 @@ class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
                 raise ValueError(f"active must be a boolean array of shape ({N},)")
         return self._select(h, act)
 
-    def recommend(self, contexts: Any) -> np.ndarray:
+    def recommend(self, contexts: Any, *, allowed: Any = None) -> np.ndarray:
         """Start an episode for ``contexts`` and return the full slates ``(N, H)`` shown if no
-        user clicks (for an open-loop policy, the episode's plan)."""
-        self.start_episode(contexts)
+        user clicks (for an open-loop policy, the episode's plan). ``allowed`` as in
+        :meth:`start_episode`."""
+        self.start_episode(contexts, allowed=allowed)
         N = self._X.shape[0]
         active = np.ones(N, dtype=bool)
         return np.stack([self._select(h, active) for h in range(self.horizon)], axis=1)
 
+    def recommend_batch(self, contexts: Any, *, allowed: Any = None) -> np.ndarray:
+        """Slates for B more users of the current episode, in one call.
+
+        Parameters
+        ----------
+        contexts : array_like, shape (B, d)
+            The users' contexts.
+        allowed : array_like of bool, shape (B, K), or B collections of arm ids, optional
+            The arms each user may be shown (at least one); a user allowed fewer than ``H``
+            arms is shown them again in the same order (the slates of the paper repeat arms).
+
+        Returns
+        -------
+        ndarray of int64, shape (B, H)
+            The slate of every user: the arm shown at each step until a click. The same as B
+            calls with one user each in order (nothing is learned before
+            :meth:`end_episode`); the round-robin warm-up numbers the users of an episode in
+            the order they are served. AUCBBP plans all the users of an episode in one call
+            (it ranks them against each other); a second call in the same episode raises
+            ``ValueError``.
+        """
+        X = _check_contexts(contexts, self.n_features)
+        mask = _check_allowed(allowed, X.shape[0], self.n_arms)
+        if self._one_call_per_episode and self._served:
+            raise ValueError(
+                f"{type(self).__name__} ranks the users of an episode against each other "
+                "(Algorithm 3): give all of them in one recommend_batch call, or call "
+                "end_episode() first"
+            )
+        slates = self._plan(X, mask, self._served)
+        self._served += X.shape[0]
+        return slates
+
     def update(self, contexts: Any, arms: Any, clicks: Any) -> None:
         """Learn from one episode (end-of-episode update of Algorithms 1 and 3).
+
+        The sessions are added to those recorded by :meth:`update_batch` in the episode (if
+        any), and the policy learns from all of them (:meth:`end_episode`).
 
         Parameters
         ----------
@@ -408,6 +600,38 @@ class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
         )
         self._update(X, A, C)
 
+    def update_batch(
+        self, contexts: Any, arms: Any = None, clicks: Any = None, *, features: Any = None
+    ) -> None:
+        """Record B users' sessions in the current episode, in one call.
+
+        Either three arrays as in :meth:`update` (``contexts`` (B, d), ``arms`` (B, H) with
+        ``-1`` after a click, ``clicks`` (B, H)), or one pandas DataFrame with a row per
+        displayed position and the columns ``user`` (one session per id, in the order the ids
+        first appear), ``position`` (0-based step), ``arm``, ``click`` and the context (the
+        columns named by ``features``; ``x0 .. x{d-1}`` by default). The sessions must follow
+        the cascade rule (as in :meth:`update`); every one is checked before anything is
+        recorded, so a refused batch leaves the policy bit-identical.
+
+        Nothing is learned yet: :meth:`end_episode` learns from every session of the
+        episode at once, so recording them in one call or in several gives the same result.
+        """
+        if arms is None and clicks is None and hasattr(contexts, "columns"):
+            contexts, arms, clicks = _frame_sessions(
+                contexts, features, self.n_features, self.n_arms, self.horizon
+            )
+        elif features is not None:
+            raise ValueError("features names the context columns of a DataFrame only")
+        X, A, C = check_cascade_feedback(
+            contexts, arms, clicks, self.n_features, self.n_arms, self.horizon
+        )
+        self._pending.append((X, A, C))
+
+    def end_episode(self) -> None:
+        """Learn from the sessions recorded in the episode (Algorithm 1 lines 23–28, once for
+        all of them) and start the next episode (``t`` grows by one)."""
+        self._end([])
+
     @abstractmethod
     def posterior(self) -> xr.Dataset:
         """The current belief about θ: ``mean`` (param) and ``cov`` ``(param, param_)``."""
@@ -419,31 +643,53 @@ class CascadePolicy(SharedStateMixin, ParamsMixin, ABC):
         )
 
     # ------------------------------------------------------------------ for subclasses
-    def _start(self, X: np.ndarray) -> None:
+    def _start(self, X: np.ndarray, mask: np.ndarray | None = None) -> None:
         """Unchecked start: sets ``_X`` and (open-loop policies) the slate ``_slate (N, H)``."""
-        slate = self._plan(X)
+        slate = self._plan(X, mask, 0)
         self._X, self._slate = X, slate
 
     @abstractmethod
-    def _plan(self, X: np.ndarray) -> np.ndarray:
-        """The episode's slates ``(N, H)``."""
+    def _plan(self, X: np.ndarray, mask: np.ndarray | None, offset: int) -> np.ndarray:
+        """The slates ``(N, H)`` of users ``offset .. offset + N − 1`` of the episode, each
+        restricted to its allowed arms (``mask`` (N, K), or None)."""
 
     def _select(self, h: int, active: np.ndarray) -> np.ndarray:
         return self._slate[:, h]
 
     def _update(self, X: np.ndarray, arms: np.ndarray, clicks: np.ndarray) -> None:
+        """Unchecked end of episode with these sessions added to the recorded ones."""
+        self._end([(X, arms, clicks)])
+
+    def _end(self, more: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Learn from the recorded sessions and ``more`` in order; nothing changes if the
+        learning step refuses (it computes in temporaries first)."""
+        sessions = self._pending + more
+        if len(sessions) == 1:
+            X, arms, clicks = sessions[0]
+        elif sessions:
+            X, arms, clicks = (np.concatenate(parts) for parts in zip(*sessions, strict=True))
+        else:
+            X = np.zeros((0, self.n_features))
+            arms = np.zeros((0, self.horizon), dtype=np.int64)
+            clicks = np.zeros((0, self.horizon), dtype=np.int8)
         Z, y = _rows(X, arms, clicks, self.n_arms)
         self._learn(Z, y)
         self.t += 1
         self._X = None
         self._slate = None
+        self._served = 0
+        self._pending = []
 
     @abstractmethod
     def _learn(self, Z: np.ndarray, y: np.ndarray) -> None:
         """Add the episode's flattened pulls."""
 
-    def _argmax(self, scores: np.ndarray) -> np.ndarray:
-        """Argmax over the last axis with the configured tie-break."""
+    def _argmax(self, scores: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Argmax over the last axis with the configured tie-break, over the allowed arms
+        (``mask`` (N, K) for scores of shape (N, ..., K))."""
+        if mask is not None:
+            shape = (mask.shape[0],) + (1,) * (scores.ndim - 2) + (mask.shape[1],)
+            scores = np.where(mask.reshape(shape), scores, -np.inf)
         k = scores.argmax(axis=-1)
         if self.tie_break == "random":
             best = np.take_along_axis(scores, k[..., None], axis=-1)
@@ -491,13 +737,12 @@ class _LogisticCascadePolicy(CascadePolicy):
 
     def estimated_click_probabilities(self, X: np.ndarray) -> np.ndarray:
         """``p̂ = σ(z_{x,k}ᵀθ̂)`` for contexts ``(N, d)``, shape ``(N, K)``."""
-        d = self.n_features
-        th = self.estimator.theta
-        return expit((X @ th[:d])[:, None] + th[d:])
+        X = np.ascontiguousarray(X, dtype=float)
+        return expit(_logits(X, self.estimator.theta, self.n_arms))
 
-    def _greedy_tables(self, X: np.ndarray) -> np.ndarray:
+    def _greedy_tables(self, X: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         return backward_plan_unchecked(
-            self.estimated_click_probabilities(X), self.rewards, self.horizon
+            self.estimated_click_probabilities(X), self.rewards, self.horizon, mask
         )[0]
 
     def _in_warmup(self) -> bool:
@@ -626,17 +871,19 @@ class UCBBP(_LogisticCascadePolicy):
             )
         return float(self.beta)
 
-    def _ucb_tables(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _ucb_tables(
+        self, X: np.ndarray, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``Q̂ (N, H, K)``, squared widths ``w2 (N, K)`` and ``U (N, H, K)``."""
-        Q = self._greedy_tables(X)
-        w2 = joint_quadform(X, self.estimator.cov, self.n_arms)
+        Q = self._greedy_tables(X, mask)
+        w2 = _widths2(X, self.estimator.cov, self.n_arms)
         U = Q + self.confidence_radius() * np.sqrt(w2)[:, None, :]
         return Q, w2, U
 
-    def _plan(self, X: np.ndarray) -> np.ndarray:
+    def _plan(self, X: np.ndarray, mask: np.ndarray | None, offset: int) -> np.ndarray:
         if self._in_warmup():
-            return round_robin(self.t + 1, X.shape[0], self.horizon, self.n_arms)
-        return self._argmax(self._ucb_tables(X)[2])
+            return _round_robin(self.t + 1, X.shape[0], self.horizon, self.n_arms, offset, mask)
+        return self._argmax(self._ucb_tables(X, mask)[2], mask)
 
 
 class AUCBBP(UCBBP):
@@ -658,6 +905,8 @@ class AUCBBP(UCBBP):
     **others
         As :class:`UCBBP`.
     """
+
+    _one_call_per_episode = True
 
     def __init__(
         self,
@@ -709,23 +958,42 @@ class AUCBBP(UCBBP):
         """``M_t`` of the next episode for ``n_users`` users."""
         return exploration_budget(self.t + 1, n_users, self.n_episodes)
 
-    def _plan(self, X: np.ndarray) -> np.ndarray:
-        N = X.shape[0]
-        if self._in_warmup():
-            self._k_ucb = None
-            return round_robin(self.t + 1, N, self.horizon, self.n_arms)
-        Q, w2, U = self._ucb_tables(X)
-        k_ucb = self._argmax(U)
-        k_greedy = self._argmax(Q)
+    def _tables(
+        self, X: np.ndarray, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The UCB and greedy arms (N, H), the scores ``s`` (N, H) and the budget ``M_t``."""
+        Q, w2, U = self._ucb_tables(X, mask)
+        k_ucb = self._argmax(U, mask)
+        k_greedy = self._argmax(Q, mask)
         s = np.take_along_axis(w2, k_ucb, axis=1)  # (N, H): s[n, h] = w2[n, k_ucb[n, h]]
-        M = self.budget(N)
-        self._k_ucb, self._k_greedy, self._score, self._budget = k_ucb, k_greedy, s, M
-        if self.rank_pool == "active":
-            return k_greedy.copy()  # provisional; _select ranks the active users
+        return k_ucb, k_greedy, s, self.budget(X.shape[0])
+
+    def _open_loop(
+        self, k_ucb: np.ndarray, k_greedy: np.ndarray, s: np.ndarray, M: int
+    ) -> np.ndarray:
+        """The slates when every user is ranked at every step (the full slates)."""
         order = np.argsort(-s, axis=0, kind="stable")[:M]  # ties: lower n first
-        top = np.zeros((N, self.horizon), dtype=bool)
+        top = np.zeros(s.shape, dtype=bool)
         np.put_along_axis(top, order, True, axis=0)
         return np.where(top, k_ucb, k_greedy)
+
+    def _plan(self, X: np.ndarray, mask: np.ndarray | None, offset: int) -> np.ndarray:
+        if self._in_warmup():
+            return _round_robin(self.t + 1, X.shape[0], self.horizon, self.n_arms, offset, mask)
+        return self._open_loop(*self._tables(X, mask))
+
+    def _start(self, X: np.ndarray, mask: np.ndarray | None = None) -> None:
+        if self._in_warmup():
+            self._k_ucb = None
+            slate = _round_robin(self.t + 1, X.shape[0], self.horizon, self.n_arms, 0, mask)
+        else:
+            k_ucb, k_greedy, s, M = self._tables(X, mask)
+            self._k_ucb, self._k_greedy, self._score, self._budget = k_ucb, k_greedy, s, M
+            if self.rank_pool == "active":
+                slate = k_greedy.copy()  # provisional; _select ranks the active users
+            else:
+                slate = self._open_loop(k_ucb, k_greedy, s, M)
+        self._X, self._slate = X, slate
 
     def _select(self, h: int, active: np.ndarray) -> np.ndarray:
         if self.rank_pool == "all" or self._k_ucb is None:
@@ -742,8 +1010,10 @@ class CascadeEpsilonGreedy(_LogisticCascadePolicy):
     """The paper's ε-greedy baseline (§8; docs/cascading.md, "Baselines").
 
     The same estimator and backward planning as UCBBP; at each (user, step), with probability ε
-    a uniformly random arm, otherwise ``argmax_k Q̂[n,h,k]``. The draws are made at the start of
-    the episode (open loop); the first ``warmup`` episodes are round-robin as in UCBBP.
+    a uniformly random arm, otherwise ``argmax_k Q̂[n,h,k]``. The draws are made when the user's
+    slate is planned (open loop), one uniform ``u`` per (user, step): explore when ``u < ε``, and
+    then show arm ``⌊K u/ε⌋`` (of the allowed arms), since ``u/ε`` is then uniform on [0, 1)
+    (docs/cascading.md A24). The first ``warmup`` episodes are round-robin as in UCBBP.
 
     Parameters
     ----------
@@ -782,16 +1052,21 @@ class CascadeEpsilonGreedy(_LogisticCascadePolicy):
         )
         self.epsilon = check_scalar(epsilon, "epsilon", low=0.0, high=1.0)
 
-    def _plan(self, X: np.ndarray) -> np.ndarray:
+    def _plan(self, X: np.ndarray, mask: np.ndarray | None, offset: int) -> np.ndarray:
         N = X.shape[0]
         if self._in_warmup():
-            return round_robin(self.t + 1, N, self.horizon, self.n_arms)
-        slate = self._argmax(self._greedy_tables(X))
+            return _round_robin(self.t + 1, N, self.horizon, self.n_arms, offset, mask)
+        slate = self._argmax(self._greedy_tables(X, mask), mask)
         if self.epsilon > 0:
-            g = self._streams[1]
-            explore = g.random((N, self.horizon)) < self.epsilon
-            random_arms = g.integers(self.n_arms, size=(N, self.horizon))
-            slate = np.where(explore, random_arms, slate)
+            # one uniform u per (user, step), drawn user by user: explore when u < ε, and
+            # then u/ε is uniform on [0, 1) and picks one of the user's allowed arms
+            u = self._streams[1].random((N, self.horizon))
+            explore = u < self.epsilon
+            v = np.divide(u, self.epsilon, out=np.zeros_like(u), where=explore)
+            idx, counts = _allowed_index(mask, N, self.n_arms)
+            c = counts[:, None]
+            j = np.minimum((v * c).astype(np.int64), c - 1)
+            slate = np.where(explore, np.take_along_axis(idx, j, axis=1), slate)
         return slate
 
 
@@ -854,8 +1129,13 @@ class CascadeRandom(_LogisticCascadePolicy):
             rng=rng,
         )
 
-    def _plan(self, X: np.ndarray) -> np.ndarray:
-        return self._streams[1].integers(self.n_arms, size=(X.shape[0], self.horizon))
+    def _plan(self, X: np.ndarray, mask: np.ndarray | None, offset: int) -> np.ndarray:
+        N, H = X.shape[0], self.horizon
+        if mask is None:
+            return self._streams[1].integers(self.n_arms, size=(N, H))
+        idx, counts = _allowed_index(mask, N, self.n_arms)
+        j = self._streams[1].integers(np.broadcast_to(counts[:, None], (N, H)))
+        return np.take_along_axis(idx, j, axis=1)
 
 
 # ---------------------------------------------------------------------- linear cascading bandits
@@ -923,19 +1203,25 @@ class _LinearCascadePolicy(CascadePolicy):
         self._chol, self.theta_bar, self._cov = chol, theta, cov
         self._cov_chol = None
 
-    def _slates_from_attraction(self, W: np.ndarray) -> np.ndarray:
-        """Slates from attraction estimates ``W (N, K)`` (clipped to [0, 1])."""
+    def _slates_from_attraction(self, W: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """Slates from attraction estimates ``W (N, K)`` (clipped to [0, 1]) over the allowed
+        arms."""
         W = np.clip(W, 0.0, 1.0)
         if self.slate == "plan":
-            return self._argmax(backward_plan_unchecked(W, self.rewards, self.horizon)[0])
+            Q = backward_plan_unchecked(W, self.rewards, self.horizon, mask)[0]
+            return self._argmax(Q, mask)
         # the classic rule: the H most attractive distinct items by e_k·w_k, best first
         score = W * self.rewards
+        if mask is not None:
+            score = np.where(mask, score, -np.inf)
         if self.tie_break == "random":
             order = np.lexsort((self._tie_rng.random(score.shape), -score), axis=-1)
         else:
             order = np.argsort(-score, axis=1, kind="stable")
-        reps = -(-self.horizon // self.n_arms)
-        return np.tile(order, (1, reps))[:, : self.horizon]
+        # arms repeat cyclically when fewer than H are allowed
+        counts = np.full(W.shape[0], self.n_arms) if mask is None else mask.sum(axis=1)
+        h = np.arange(self.horizon)[None, :] % counts[:, None]
+        return np.take_along_axis(order, h, axis=1)
 
     def posterior(self) -> xr.Dataset:
         """Ridge estimate θ̄ and ``M⁻¹``."""
@@ -999,11 +1285,10 @@ class CascadeLinUCB(_LinearCascadePolicy):
         )
         self.alpha = check_scalar(alpha, "alpha", low=0.0)
 
-    def _plan(self, X: np.ndarray) -> np.ndarray:
-        d = self.n_features
-        mean = (X @ self.theta_bar[:d])[:, None] + self.theta_bar[d:]
-        width = np.sqrt(joint_quadform(X, self._cov, self.n_arms))
-        return self._slates_from_attraction(mean + self.alpha * width)
+    def _plan(self, X: np.ndarray, mask: np.ndarray | None, offset: int) -> np.ndarray:
+        mean = _logits(X, self.theta_bar, self.n_arms)
+        width = np.sqrt(_widths2(X, self._cov, self.n_arms))
+        return self._slates_from_attraction(mean + self.alpha * width, mask)
 
 
 class CascadeLinTS(_LinearCascadePolicy):
@@ -1047,9 +1332,8 @@ class CascadeLinTS(_LinearCascadePolicy):
         )
         self.sigma = check_scale(sigma, "sigma")
 
-    def _plan(self, X: np.ndarray) -> np.ndarray:
-        N, d = X.shape[0], self.n_features
-        xi = self._streams[1].standard_normal((self.n_params, N))
+    def _plan(self, X: np.ndarray, mask: np.ndarray | None, offset: int) -> np.ndarray:
+        xi = self._streams[1].standard_normal((X.shape[0], self.n_params))  # user by user
         if self._cov_chol is None:
             try:
                 self._cov_chol = np.linalg.cholesky(self._cov)
@@ -1060,7 +1344,6 @@ class CascadeLinTS(_LinearCascadePolicy):
                     self._chol, np.eye(self.n_params), lower=True, check_finite=False
                 )
                 self._cov_chol = np.ascontiguousarray(Li.T)
-        dev = self._cov_chol @ xi  # ~ N(0, M⁻¹) per column
-        th = self.theta_bar[:, None] + self.sigma * dev  # (p, N)
-        W = np.einsum("nd,dn->n", X, th[:d])[:, None] + th[d:].T
-        return self._slates_from_attraction(W)
+        W = np.empty((X.shape[0], self.n_arms))
+        sampled_attractions(X, self.theta_bar, self._cov_chol, xi, self.sigma, self.n_arms, W)
+        return self._slates_from_attraction(W, mask)

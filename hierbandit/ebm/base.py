@@ -26,6 +26,8 @@ import numpy as np
 import xarray as xr
 
 from hierbandit._labels import Labels, as_label
+from hierbandit._labels import check_feature_names as _check_feature_names
+from hierbandit._labels import labels_arg as _labels_arg
 from hierbandit._params import ParamsMixin
 from hierbandit._validation import (
     MAX_ABS,
@@ -107,52 +109,6 @@ def hyperparameter_dataset(
     else:
         coords = {k: v for k, v in coords.items() if k != "instance"}
     return xr.Dataset(data, coords=coords, attrs=attrs)
-
-
-def _check_feature_names(features: Any, d: int | None) -> tuple[str, ...] | None:
-    if features is None:
-        return None
-    if isinstance(features, str) or not hasattr(features, "__iter__"):
-        raise TypeError("features must be a sequence of feature names (str)")
-    names = tuple(features)
-    for f in names:
-        if not isinstance(f, str):
-            raise TypeError(f"features must hold names (str), got {type(f).__name__} {f!r:.80}")
-    if d is not None and len(names) != d:
-        raise ValueError(f"features must name the {d} features, got {len(names)} names")
-    if len(set(names)) != len(names):
-        raise ValueError("features must be unique names")
-    return names
-
-
-def _labels_arg(n: Any, values: Any, n_name: str, name: str, *, minimum: int) -> Labels:
-    """The labels of a policy's instances or arms from its size and/or its labels."""
-    if values is None:
-        return Labels.range(check_positive_int(n, n_name, minimum=minimum), name=name)
-    if isinstance(values, Labels):
-        labels = _copy_labels(values)  # e.g. a restored table: checked, then taken as is
-        labels.name = name
-        labels.check()
-    else:
-        if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
-            raise TypeError(f"{name}s must be a sequence of ids, got {type(values).__name__}")
-        values = list(values)
-        if values == list(range(len(values))):
-            labels = Labels.range(len(values), name=name)
-        else:
-            labels = Labels(values, name=name)
-    if n is not None and check_positive_int(n, n_name, minimum=minimum) != len(labels):
-        raise ValueError(f"{n_name} = {n} but {len(labels)} {name} ids are given")
-    if len(labels) < minimum:
-        raise ValueError(f"{name}s must hold at least {minimum} id(s)")
-    return labels
-
-
-def _copy_labels(labels: Labels) -> Labels:
-    out = Labels(name=labels.name)
-    out.kind, out.n = labels.kind, labels.n
-    out._ints, out._utf8, out._ends = labels._ints.copy(), labels._utf8.copy(), labels._ends.copy()
-    return out
 
 
 #: Largest number of entries of the per-(instance, arm) d×d statistics a policy may allocate

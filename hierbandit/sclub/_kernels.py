@@ -38,12 +38,26 @@ def _ucb_choose(Ainv, theta, slot, n, items, tau, beta_const, sqrt_bonus, tie_u)
     Exact ties are broken by ``tie_u`` ∈ [0, 1) (uniformly among the tied items), or towards
     the first item when ``tie_u < 0``.
     """
+    scores = np.empty(items.shape[0])
+    _ucb_scores(Ainv, theta, slot, n, items, _ALL, tau, beta_const, sqrt_bonus, scores)
+    return _pick(scores, _ALL, tie_u)
+
+
+#: the mask of :func:`_ucb_scores` and :func:`_pick` that allows every item
+_ALL = np.zeros(0, dtype=np.bool_)
+
+
+@njit(**_JIT)
+def _ucb_scores(Ainv, theta, slot, n, items, allow, tau, beta_const, sqrt_bonus, scores):
+    """The index θ̂ᵀx_k + β‖x_k‖_{A⁻¹} of the model in ``slot`` (count ``n``) for the items
+    with ``allow[k]`` (every item when ``allow`` is empty), written to ``scores[k]``."""
     L = items.shape[0]
     d = items.shape[1]
+    masked = allow.shape[0] > 0
     beta = _beta(beta_const, n, tau, d)
-    scores = np.empty(L)
-    best = -np.inf
     for k in range(L):
+        if masked and not allow[k]:
+            continue
         m = 0.0
         v = 0.0
         for i in range(d):
@@ -55,28 +69,82 @@ def _ucb_choose(Ainv, theta, slot, n, items, tau, beta_const, sqrt_bonus, tie_u)
             v += xi * t
         if v < 0.0:
             v = 0.0
-        s = m + beta * (math.sqrt(v) if sqrt_bonus else v)
-        scores[k] = s
-        if s > best:
-            best = s
-    count = 0
-    first = 0
+        scores[k] = m + beta * (math.sqrt(v) if sqrt_bonus else v)
+
+
+@njit(**_JIT)
+def _pick(scores, allow, tie_u):
+    """The first of the largest ``scores`` over the allowed items (every item when ``allow``
+    is empty; at least one is allowed), or with ``tie_u`` ∈ [0, 1) one of the tied ones,
+    uniformly. The index of an item does not depend on the others, so restricting the argmax
+    and its ties to the allowed items is the same as choosing among those items alone."""
+    L = scores.shape[0]
+    masked = allow.shape[0] > 0
+    best = -np.inf
+    first = -1
     for k in range(L):
-        if scores[k] == best:
-            if count == 0:
-                first = k
+        if masked and not allow[k]:
+            continue
+        if first < 0 or scores[k] > best:
+            best = scores[k]
+            first = k
+    count = 0
+    for k in range(first, L):
+        if (not masked or allow[k]) and scores[k] == best:
             count += 1
     if count <= 1 or tie_u < 0.0:
         return first
     pick = int(tie_u * count)
     if pick >= count:
         pick = count - 1
-    for k in range(L):
-        if scores[k] == best:
+    for k in range(first, L):
+        if (not masked or allow[k]) and scores[k] == best:
             if pick == 0:
                 return k
             pick -= 1
     return first  # pragma: no cover
+
+
+@njit(**_JIT)
+def _ucb_rows(Ainv, theta, counts, slots, items, allow, tau, beta_const, sqrt_bonus, ties, out):
+    """The choices of B requests against one state: request ``r`` is scored with the model in
+    slot ``slots[r]`` (count ``counts[slot]``) on ``items[r]`` restricted to ``allow[r]``
+    (``allow`` of shape ``(0, L)``: no mask) and takes the tie draw ``ties[r]``; the choices go
+    to ``out``. When one item set is shared (``items`` of shape ``(1, L, d)``) the scores of a
+    slot are computed once, at its first request, and reused (the same numbers)."""
+    B = slots.shape[0]
+    L = items.shape[1]
+    shared = items.shape[0] == 1
+    masked = allow.shape[0] > 0
+    none = np.zeros(0, dtype=np.bool_)
+    if shared:
+        cache = np.empty((Ainv.shape[0], L))
+        done = np.zeros(Ainv.shape[0], dtype=np.bool_)
+        for r in range(B):
+            c = slots[r]
+            if not done[c]:
+                _ucb_scores(
+                    Ainv, theta, c, counts[c], items[0], none, tau, beta_const, sqrt_bonus, cache[c]
+                )
+                done[c] = True
+            out[r] = _pick(cache[c], allow[r] if masked else none, ties[r])
+        return
+    scores = np.empty(L)
+    for r in range(B):
+        c = slots[r]
+        a = allow[r] if masked else none
+        _ucb_scores(Ainv, theta, c, counts[c], items[r], a, tau, beta_const, sqrt_bonus, scores)
+        out[r] = _pick(scores, a, ties[r])
+
+
+@njit(**_JIT)
+def _within(flat, bound):
+    """Whether every entry of ``flat`` is finite with magnitude at most ``bound`` (one pass,
+    no temporaries: the check of a batch's items before anything is scored)."""
+    for i in range(flat.shape[0]):  # noqa: SIM110 (a compiled loop, not a generator)
+        if not abs(flat[i]) <= bound:  # NaN fails too
+            return False
+    return True
 
 
 @njit(**_JIT)
@@ -127,6 +195,20 @@ def _ridge_run(
         if one:
             suff_add(P[0], P[1], P[2], P[3], u, items[t, k], y)
         ncl[t] = n_models
+
+
+@njit(**_JIT)
+def _ridge_update_rows(R, P, reg, every, one, users, items, ys):
+    """The LinUCB update of the rows ``(users[r], items[r], ys[r])`` in order: the ridge
+    statistics of the user's model (the shared one when ``one``) and, for LinUCB-One, the
+    per-user statistics of the audit."""
+    G, b, q, n, Ainv, theta = R
+    for r in range(users.shape[0]):
+        u = users[r]
+        slot = 0 if one else u
+        ridge_add(G, b, q, n, Ainv, theta, reg, slot, items[r], ys[r], every)
+        if one:
+            suff_add(P[0], P[1], P[2], P[3], u, items[r], ys[r])
 
 
 # ---------------------------------------------------------------------- SCLUB kernels
@@ -461,6 +543,14 @@ def _sclub_run(
         ncl[t] = meta[2]
 
 
+@njit(**_JIT)
+def _sclub_update_rows(U, C, L, X, XF, sm, fp, ip, reg, users, items, ys, t0):
+    """:func:`_sclub_update` of the rows ``(users[r], items[r], ys[r])`` in order, at rounds
+    τ = t0 + 1, t0 + 2, … (what a loop of ``update`` calls does)."""
+    for r in range(users.shape[0]):
+        _sclub_update(U, C, L, X, XF, sm, fp, ip, reg, users[r], items[r], ys[r], t0 + r + 1)
+
+
 # ---------------------------------------------------------------------- CLUB kernels
 
 
@@ -659,6 +749,13 @@ def _club_update(U, C, L, adj, UF, alpha2, reg, uevery, cevery, u, x, y):
             cs_move_users(
                 U, C, L, reg, grouped[starts[k] : starts[k + 1]], starts[k + 1] - starts[k]
             )
+
+
+@njit(**_JIT)
+def _club_update_rows(U, C, L, adj, UF, alpha2, reg, uevery, cevery, users, items, ys):
+    """:func:`_club_update` of the rows ``(users[r], items[r], ys[r])`` in order."""
+    for r in range(users.shape[0]):
+        _club_update(U, C, L, adj, UF, alpha2, reg, uevery, cevery, users[r], items[r], ys[r])
 
 
 @njit(**_JIT)

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 import xarray as xr
 
+from hierbandit._labels import Labels, as_label, check_feature_names, labels_arg
 from hierbandit._params import ParamsMixin
 from hierbandit._validation import (
     MAX_ABS,
@@ -79,12 +80,17 @@ from hierbandit.sclub._kernels import (
     _club_run,
     _club_select,
     _club_update,
+    _club_update_rows,
     _component,
     _ridge_run,
     _ridge_select,
+    _ridge_update_rows,
     _sclub_run,
     _sclub_select,
     _sclub_update,
+    _sclub_update_rows,
+    _ucb_rows,
+    _within,
 )
 
 # ---------------------------------------------------------------------- β helpers
@@ -151,12 +157,29 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
     that continues exactly (:mod:`hierbandit.checkpoint`). The unchecked ``_select``,
     ``_update`` and ``_run`` take no lock.
 
+    Batches: :meth:`select_batch` scores B requests against the current state in one compiled
+    call and :meth:`update_batch` applies B feedback rows (arrays or a DataFrame) in one
+    compiled call; both equal the loop of :meth:`select` / :meth:`update` calls in the same
+    order bit for bit (decisions, tie draws, splits, merges, edge deletions and periodic
+    recomputations included). Users may be named by ids of any kind the package accepts
+    (``users=``, integers or strings); the set of users is fixed at construction, because the
+    algorithms are defined over it (SCLUB's first cluster holds all ``n_u`` users and its
+    frequency tests divide by cluster sizes; CLUB's initial graph is drawn over all users).
+
     Parameters
     ----------
-    n_users : int
-        Number of users ``n_u``.
-    n_features : int
-        Item dimension ``d``.
+    n_users : int, optional
+        Number of users ``n_u`` (or give ``users``).
+    n_features : int, optional
+        Item dimension ``d`` (or give ``features``).
+    users : sequence of int or str, optional
+        Ids of the users, in code order (default ``0 .. n_u-1``). :meth:`select`,
+        :meth:`update`, the batch calls and a DataFrame take these ids, and
+        :meth:`clusters`/:meth:`user_stats` carry them as the ``user`` coordinate.
+        :meth:`run`, the simulator's loop, takes the codes ``0 .. n_u-1``.
+    features : sequence of str, optional
+        Names of the item features (coordinates of :meth:`user_stats`, and the columns
+        :meth:`update_batch` reads from a DataFrame; ``x0 .. x{d-1}`` otherwise).
     beta : "anytime" or float, default "anytime"
         Exploration width: the anytime β(N, τ) of the reference code (default) or a constant
         (for instance :func:`theory_beta`).
@@ -182,17 +205,27 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
     _REFERENCE: ClassVar[dict[str, Any]] = {"bonus": "no_sqrt"}
     _locked_methods: ClassVar[tuple[str, ...]] = (
         "select",
+        "select_batch",
         "update",
+        "update_batch",
         "run",
         "clusters",
         "user_stats",
     )
+    #: attributes added since checkpoints were first written, with the value an older
+    #: checkpoint implies (:mod:`hierbandit._restore` fills them in before checking)
+    _checkpoint_added: ClassVar[dict[str, Any]] = {
+        "users": lambda p: Labels.range(int(p.n_users), name="user"),
+        "features": lambda p: None,
+    }
 
     def __init__(
         self,
-        n_users: int,
-        n_features: int,
+        n_users: int | None = None,
+        n_features: int | None = None,
         *,
+        users: Any = None,
+        features: Any = None,
         beta: float | str = "anytime",
         bonus: str = "sqrt",
         reg: float = 1.0,
@@ -200,8 +233,11 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
         tie_break: str = "random",
         rng: Any = None,
     ) -> None:
-        n_users = check_positive_int(n_users, "n_users")
-        n_features = check_positive_int(n_features, "n_features")
+        self.users = labels_arg(n_users, users, "n_users", "user", minimum=1)
+        self.users.trim()
+        n_users = self.users.n
+        n_features = _n_features(n_features, features)
+        self.features = check_feature_names(features, n_features)
         cells = n_users * n_features**2
         if cells > MAX_STATE_ENTRIES:
             raise ValueError(
@@ -225,10 +261,26 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
 
     # ------------------------------------------------------------------ presets
     @classmethod
-    def reference(cls, n_users: int, n_features: int, **kwargs: Any) -> ClusteringPolicy:
+    def reference(
+        cls, n_users: int | None = None, n_features: int | None = None, **kwargs: Any
+    ) -> ClusteringPolicy:
         """The configuration of the authors' reference code (docs/sclub.md, decisions)."""
         params = {**cls._REFERENCE, **kwargs}
         return cls(n_users, n_features, **params)
+
+    # ------------------------------------------------------------------ ids
+    def _user_code(self, user: Any) -> int:
+        if self.users.kind == "range":
+            return check_index(user, self.n_users, "user")
+        code = self.users.get(as_label(user, "user"))
+        if code < 0:
+            raise ValueError(f"user {user!r:.80} is not one of this policy's {self.n_users} users")
+        return code
+
+    def _user_codes(self, users: Any) -> np.ndarray:
+        if hasattr(users, "to_numpy"):  # a pandas Series
+            users = users.to_numpy()
+        return self.users.codes(users, "users")
 
     # ------------------------------------------------------------------ public API
     def _check_items(self, items: Any) -> np.ndarray:
@@ -237,18 +289,114 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
             raise ValueError("items must contain at least one item")
         return np.ascontiguousarray(arr)
 
-    def select(self, user: int, items: Any) -> int:
-        """Index of the item to recommend to ``user`` among ``items`` (shape ``(L, d)``)."""
-        u = check_index(user, self.n_users, "user")
-        X = self._check_items(items)
-        return self._select(u, X)
+    def select(self, user: Any, items: Any, *, allowed: Any = None) -> int:
+        """Index of the item to recommend to ``user`` among ``items`` (shape ``(L, d)``).
 
-    def update(self, user: int, item_features: Any, reward: float) -> None:
+        ``allowed`` (optional): a boolean mask of shape ``(L,)``, the items this request may
+        receive (at least one); the index refers to ``items``.
+        """
+        u = self._user_code(user)
+        X = self._check_items(items)
+        if allowed is None:
+            return self._select(u, X)
+        mask = _check_mask(allowed, (X.shape[0],), "allowed")[None, :]
+        return int(self._select_rows(np.array([u], dtype=np.int64), X[None], mask)[0])
+
+    def select_batch(self, users: Any, items: Any, *, allowed: Any = None) -> np.ndarray:
+        """Choose an item for each of B requests in one compiled call.
+
+        Parameters
+        ----------
+        users : sequence of B user ids
+        items : array_like, shape (B, L, d) or (L, d)
+            The candidate items of every request, or one item set shared by all of them.
+            Requests with fewer candidates are padded to ``L`` rows and their padding masked
+            out with ``allowed`` (the returned index then refers to the unpadded list too).
+        allowed : array_like of bool, shape (B, L), optional
+            The items each request may receive (at least one per request).
+
+        Returns
+        -------
+        ndarray of int64, shape (B,)
+            The index of the chosen item of every request: the same as B calls of
+            :meth:`select` in order (nothing is learned between them; the tie draws are taken
+            from the policy's stream in the same order).
+        """
+        codes = self._user_codes(users)
+        B = codes.shape[0]
+        X = _feature_array(items, "items")
+        d = self.n_features
+        if X.ndim == 2 and X.shape[1] == d:
+            X = X[None]
+        elif X.ndim != 3 or X.shape[0] != B or X.shape[2] != d:
+            raise ValueError(f"items must have shape ({B}, L, {d}) or (L, {d}), got {X.shape}")
+        if X.shape[1] == 0:
+            raise ValueError("items must contain at least one item per request")
+        mask = None if allowed is None else _check_mask(allowed, (B, X.shape[1]), "allowed")
+        return self._select_rows(codes, X, mask)
+
+    def update(self, user: Any, item_features: Any, reward: float) -> None:
         """Record that ``user`` was shown ``item_features`` (shape ``(d,)``) and paid ``reward``."""
-        u = check_index(user, self.n_users, "user")
+        u = self._user_code(user)
         x = check_features(item_features, self.n_features, "item_features")
         y = check_scalar(reward, "reward", max_abs=MAX_ABS)
         self._update(u, x, y)
+
+    def update_batch(self, users: Any, item_features: Any = None, rewards: Any = None) -> None:
+        """Apply B feedback rows in one compiled call, as B calls of :meth:`update` in order.
+
+        Either three arrays (``users`` (B,) ids, ``item_features`` (B, d), ``rewards`` (B,)), or
+        one pandas DataFrame with columns ``user``, ``reward`` and the item features (the
+        names given as ``features=``; ``x0 .. x{d-1}`` otherwise). Every row is checked before
+        anything changes: a refused batch leaves the policy bit-identical.
+        """
+        if item_features is None and rewards is None and hasattr(users, "columns"):
+            users, item_features, rewards = self._frame_columns(users)
+        codes = self._user_codes(users)
+        B = codes.shape[0]
+        X = _feature_array(item_features, "item_features")
+        if X.shape != (B, self.n_features):
+            raise ValueError(
+                f"item_features must have shape ({B}, {self.n_features}), got {X.shape}"
+            )
+        Y = _as_float_array(rewards, "rewards")
+        if Y.shape != (B,):
+            raise ValueError(f"rewards must have shape ({B},), got {Y.shape}")
+        _check_finite(Y, "rewards", MAX_ABS)
+        self._update_rows(codes, X, Y)
+
+    def _frame_columns(self, frame: Any) -> tuple[Any, Any, Any]:
+        names = (
+            list(self.features)
+            if self.features is not None
+            else [f"x{i}" for i in range(self.n_features)]
+        )
+        missing = [c for c in ("user", "reward", *names) if c not in frame.columns]
+        if missing:
+            raise ValueError(f"the DataFrame lacks the columns {missing}")
+        return frame["user"].to_numpy(), frame[names].to_numpy(), frame["reward"].to_numpy()
+
+    def _select_rows(self, codes: np.ndarray, items: np.ndarray, mask: np.ndarray | None) -> Any:
+        """Unchecked batched selection: one tie draw per request, in order, as ``select``."""
+        B, L = codes.shape[0], items.shape[1]
+        ties = self._ties(B)
+        out = np.empty(B, dtype=np.int64)
+        Ainv, theta, counts, slots = self._scoring(codes)
+        allow = np.zeros((0, L), dtype=np.bool_) if mask is None else mask
+        _ucb_rows(
+            Ainv,
+            theta,
+            counts,
+            slots,
+            items,
+            allow,
+            self.t + 1,
+            self._beta_const,
+            self.bonus == "sqrt",
+            ties,
+            out,
+        )
+        return out
 
     def _tie(self) -> float:
         return float(self._tie_rng.random()) if self.tie_break == "random" else -1.0
@@ -364,7 +512,7 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
         return xr.DataArray(
             canonical_labels(self._labels()),
             dims=("user",),
-            coords={"user": np.arange(self.n_users)},
+            coords={"user": self.users.to_numpy()},
             name="cluster",
             attrs={"policy": type(self).__name__, "round": self.t},
         )
@@ -381,6 +529,7 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
         """Per-user sufficient statistics G = Σxxᵀ, b = Σyx, rr = Σy², n (for the mixture audit)."""
         G, b, q, n = self._user_arrays()
         d = self.n_features
+        names = np.arange(d) if self.features is None else np.array(self.features, dtype=object)
         return xr.Dataset(
             {
                 "G": (("user", "feature", "feature_"), G.copy()),
@@ -389,9 +538,9 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
                 "n": (("user",), n.copy()),
             },
             coords={
-                "user": np.arange(self.n_users),
-                "feature": np.arange(d),
-                "feature_": np.arange(d),
+                "user": self.users.to_numpy(),
+                "feature": names,
+                "feature_": names.copy(),
             },
         )
 
@@ -411,6 +560,52 @@ class ClusteringPolicy(SharedStateMixin, ParamsMixin):
     def _run_kernel(self, users, items, means, noise, bernoulli, ties, choices, ncl) -> None:
         raise NotImplementedError
 
+    def _scoring(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The scoring model of every request: (A⁻¹, θ̂, counts) by slot and the slots."""
+        raise NotImplementedError
+
+    def _update_rows(self, codes: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None:
+        """Unchecked batched update, rows in order; must advance ``t`` by the row count."""
+        raise NotImplementedError
+
+
+def _n_features(n_features: Any, features: Any) -> int:
+    if n_features is None:
+        if features is None:
+            raise TypeError("give n_features (the item dimension) or features (their names)")
+        if isinstance(features, str) or not hasattr(features, "__len__"):
+            raise TypeError("features must be a sequence of feature names (str)")
+        return check_positive_int(len(features), "n_features")
+    return check_positive_int(n_features, "n_features")
+
+
+def _feature_array(value: Any, name: str) -> np.ndarray:
+    """``value`` as a C-contiguous float64 array whose entries are finite with magnitude at
+    most ``MAX_FEATURE`` (else the error of :func:`check_feature_array`). A float64 array is
+    checked in place, in one compiled pass (nothing keeps it: the kernels read it during the
+    call, under the policy's lock)."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float64:
+        arr = np.ascontiguousarray(value)
+    else:
+        arr = np.ascontiguousarray(_as_float_array(value, name))
+    if not _within(arr.reshape(-1), MAX_FEATURE):
+        check_feature_array(arr, name)  # raises, naming the argument
+    return arr
+
+
+def _check_mask(allowed: Any, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """``allowed`` as a boolean mask of ``shape`` that allows at least one item per row."""
+    mask = np.asarray(allowed)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{name} must be a boolean mask, got dtype {mask.dtype}")
+    if mask.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {mask.shape}")
+    empty = ~mask.any(axis=-1)
+    if np.any(empty):
+        where = f"[{int(np.flatnonzero(empty)[0])}]" if mask.ndim == 2 else ""
+        raise ValueError(f"{name}{where} allows no item")
+    return np.ascontiguousarray(mask)
+
 
 # ---------------------------------------------------------------------- LinUCB
 
@@ -420,9 +615,11 @@ class _RidgeLinUCB(ClusteringPolicy):
 
     def __init__(
         self,
-        n_users: int,
-        n_features: int,
+        n_users: int | None = None,
+        n_features: int | None = None,
         *,
+        users: Any = None,
+        features: Any = None,
         beta: float | str = "anytime",
         bonus: str = "sqrt",
         reg: float = 1.0,
@@ -433,6 +630,8 @@ class _RidgeLinUCB(ClusteringPolicy):
         super().__init__(
             n_users,
             n_features,
+            users=users,
+            features=features,
             beta=beta,
             bonus=bonus,
             reg=reg,
@@ -475,6 +674,15 @@ class _RidgeLinUCB(ClusteringPolicy):
         if self._one:
             suff_add(*self._pu, u, x, y)
         self.t += 1
+
+    def _scoring(self, codes):
+        _G, _b, _q, n, Ainv, theta = self._st
+        slots = np.zeros_like(codes) if self._one else codes
+        return Ainv, theta, n, slots
+
+    def _update_rows(self, codes, X, Y) -> None:
+        _ridge_update_rows(self._st, self._pu, self.reg, self._every, self._one, codes, X, Y)
+        self.t += codes.shape[0]
 
     def _run_kernel(self, users, items, means, noise, bernoulli, ties, choices, ncl) -> None:
         _ridge_run(
@@ -599,9 +807,11 @@ class SCLUB(ClusteringPolicy):
 
     def __init__(
         self,
-        n_users: int,
-        n_features: int,
+        n_users: int | None = None,
+        n_features: int | None = None,
         *,
+        users: Any = None,
+        features: Any = None,
         alpha_theta: float = 1.0,
         alpha_p: float = 1.0 / math.sqrt(2.0),
         freq_test: str = "pairwise",
@@ -621,6 +831,8 @@ class SCLUB(ClusteringPolicy):
         super().__init__(
             n_users,
             n_features,
+            users=users,
+            features=features,
             beta=beta,
             bonus=bonus,
             reg=reg,
@@ -692,8 +904,8 @@ class SCLUB(ClusteringPolicy):
     @classmethod
     def theory(
         cls,
-        n_users: int,
-        n_features: int,
+        n_users: int | None = None,
+        n_features: int | None = None,
         *,
         horizon: int = 2**20 - 1,
         noise_scale: float = 0.5,
@@ -706,7 +918,8 @@ class SCLUB(ClusteringPolicy):
         ``noise_scale`` R = 1/2 suits Bernoulli rewards. With these values SCLUB practically
         never splits (C-17); provided for completeness.
         """
-        d = check_positive_int(n_features, "n_features")
+        n_u = len(labels_arg(n_users, kwargs.get("users"), "n_users", "user", minimum=1))
+        d = _n_features(n_features, kwargs.get("features"))
         if lambda_x is None:
             lambda_x = 1.0 / (2.0 * max(d - 1, 1))
         lambda_x = check_scalar(lambda_x, "lambda_x", low=0.0, low_inclusive=False)
@@ -714,7 +927,7 @@ class SCLUB(ClusteringPolicy):
         params = {
             "alpha_theta": 4.0 * R * math.sqrt(d / lambda_x),
             "alpha_p": 2.0,
-            "beta": theory_beta(n_users, d, horizon, noise_scale=R),
+            "beta": theory_beta(n_u, d, horizon, noise_scale=R),
             **kwargs,
         }
         return cls(n_users, n_features, **params)
@@ -741,6 +954,17 @@ class SCLUB(ClusteringPolicy):
             U, C, L, self._X, self._XF, self._sm, self._fp, self._ip, self.reg, u, x, y, self.t + 1
         )
         self.t += 1
+
+    def _scoring(self, codes):
+        _U, C, L = self._st
+        return C[4], C[5], C[3], L[0][codes]
+
+    def _update_rows(self, codes, X, Y) -> None:
+        U, C, L = self._st
+        _sclub_update_rows(
+            U, C, L, self._X, self._XF, self._sm, self._fp, self._ip, self.reg, codes, X, Y, self.t
+        )
+        self.t += codes.shape[0]
 
     def _run_kernel(self, users, items, means, noise, bernoulli, ties, choices, ncl) -> None:
         U, C, L = self._st
@@ -810,9 +1034,11 @@ class CLUB(ClusteringPolicy):
 
     def __init__(
         self,
-        n_users: int,
-        n_features: int,
+        n_users: int | None = None,
+        n_features: int | None = None,
         *,
+        users: Any = None,
+        features: Any = None,
         alpha_2: float = 1.0,
         graph: str = "erdos_renyi",
         edge_probability: float | None = None,
@@ -827,6 +1053,8 @@ class CLUB(ClusteringPolicy):
         super().__init__(
             n_users,
             n_features,
+            users=users,
+            features=features,
             beta=beta,
             bonus=bonus,
             reg=reg,
@@ -923,6 +1151,28 @@ class CLUB(ClusteringPolicy):
             y,
         )
         self.t += 1
+
+    def _scoring(self, codes):
+        _U, C, L = self._st
+        return C[4], C[5], C[3], L[0][codes]
+
+    def _update_rows(self, codes, X, Y) -> None:
+        U, C, L = self._st
+        _club_update_rows(
+            U,
+            C,
+            L,
+            self.adjacency,
+            self._UF,
+            self.alpha_2,
+            self.reg,
+            self._uevery,
+            self._every,
+            codes,
+            X,
+            Y,
+        )
+        self.t += codes.shape[0]
 
     def _run_kernel(self, users, items, means, noise, bernoulli, ties, choices, ncl) -> None:
         U, C, L = self._st
