@@ -57,6 +57,10 @@ _JIT = {"cache": True, "nogil": True}
 #: likelihood could not be evaluated at the starting point (values kept)
 ML_RAN, ML_NOT_IDENTIFIABLE, ML_FAILED = 0, 1, 2
 
+#: the policies' stopping rule: no further step once its predicted gain in log-likelihood is
+#: below this
+ML_TOL = 1e-8
+
 #: lower bound of L_ii² when ``eig_floor`` is 0 (keeps L⁻¹ far from overflow)
 _MIN_DIAG2 = 1e-30
 #: largest change of any coordinate of θ in one step (log-scale coordinates: a factor e⁴)
@@ -687,7 +691,8 @@ def reestimate_arm_ml(
                 if not K._within(Sigma_out, K.SIGMA_MAX):
                     Sigma_out[:, :] = Sigma_prev
             if free_noise:
-                sigma2 = np.exp(theta[m])
+                # exp(log floor) may round below the floor
+                sigma2 = min(max(np.exp(theta[m]), sigma2_floor), K.SIGMA2_MAX)
     ok = K.arm_posterior(G, b, Sigma_out, sigma2, P0, h0, Ct, A, P, r, Phi, beta0)
     return sigma2, n_eff, ok, status, F, accepted
 
