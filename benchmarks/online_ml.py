@@ -17,7 +17,8 @@ paper's moments (§7). Three sections:
    log, the log's users and rows, arrival frequencies of the log), cold and warm-started from
    that prior (``prior_mode="init"``). Printed: the mean of each, the paired difference
    ML − EB with a 95 % interval over seeds, and the seeds where ML has the lower and the
-   higher regret.
+   higher regret, the extreme paired differences and the mean difference without the seed
+   where ML does worst, and for that seed the smallest eigenvalue of each arm's final Σ̂.
 3. the same runs' final estimates against the environment's truth: per (seed, arm), the
    relative error ‖Σ̂ − Σ‖_F/‖Σ‖_F and σ̂²/σ², medians (and quartiles) over seeds and arms.
    Σ is the environment's population covariance of the coefficients (for Figure 2 the
@@ -72,74 +73,67 @@ def _time(fn, repeat: int) -> float:
     return float(np.median(ts))
 
 
+def _ml_args(opts: EBOptions) -> tuple:
+    return (opts.eig_floor, opts.sigma2_floor, opts.min_instances_for_sigma, opts.rank_tol)
+
+
+def _cost_row(rng: np.random.Generator, d: int, N: int, opts: EBOptions) -> dict:
+    """Timings of one re-estimation of one arm with N instances of d + 2 rows each."""
+    G, b, q, n = _stats(rng, N, d, rows=d + 2)
+    P0, h0 = shared_prior_arrays(1e-3, d, None)
+    out = [np.empty((d, d)), np.empty((N, d, d)), np.empty((N, d, d))]
+    out += [np.empty((d, d)), np.empty(d), np.empty((d, d)), np.empty(d)]
+    cv = np.random.default_rng(1)
+    ml = _ml_args(opts)
+
+    def eb():
+        K.reestimate_arm(
+            G, b, q, n, P0, h0, 1.0, np.eye(d), *opts.reestimate_args[:9], cv,
+            opts.splits_drawn, *opts.reestimate_args[9:], *out,
+        )  # fmt: skip
+
+    def ml_step(stats, Sigma, sigma2):
+        tr = np.empty(4)
+        return reestimate_arm_ml(
+            *stats, P0, h0, sigma2, Sigma, *ml, True, True, 3, ML_TOL, *out, tr
+        )
+
+    # ML warm-started from the previous optimum: the re-estimation the policy runs
+    S_prev, s2_prev = np.eye(d), 1.0
+    for _ in range(20):
+        s2_prev = ml_step((G, b, q, n), S_prev, s2_prev)[0]
+        S_prev = out[0].copy()
+    # one more row, as after a pull: the warm start is one row behind the optimum
+    G2, b2, q2, n2 = G.copy(), b.copy(), q.copy(), n.copy()
+    x = rng.normal(size=d)
+    G2[0] += np.outer(x, x)
+    b2[0] += x
+    q2[0] += 1.0
+    n2[0] += 1
+    after = (G2, b2, q2, n2)
+    repeat = max(5, min(200, 20_000 // N))
+    t_eb = _time(eb, repeat)
+    t_ml = _time(lambda: ml_step(after, S_prev, s2_prev), repeat)
+    steps = ml_step(after, S_prev, s2_prev)[5]
+    t_cold = _time(lambda: ml_step(after, np.eye(d), 1.0), repeat)
+    t_post = _time(lambda: K.arm_posterior(G, b, np.eye(d), 1.0, P0, h0, *out[1:]), repeat)
+    return {
+        "d": d,
+        "N": N,
+        "EB µs": f"{1e6 * t_eb:.0f}",
+        "ML warm µs (steps taken)": f"{1e6 * t_ml:.0f} ({steps})",
+        "ML from I, 3 steps µs": f"{1e6 * t_cold:.0f}",
+        "ML warm / EB": f"{t_ml / t_eb:.2f}",
+        "one posterior µs": f"{1e6 * t_post:.0f}",
+    }
+
+
 def cost() -> None:
     print("## Cost of one re-estimation of one arm (median of repeated calls)\n")
     rng = np.random.default_rng(0)
     opts = EBOptions()
-    rows = []
-    for d, N in ((3, 10), (3, 100), (3, 1000), (3, 10_000), (10, 100)):
-        G, b, q, n = _stats(rng, N, d, rows=d + 2)
-        P0, h0 = shared_prior_arrays(1e-3, d, None)
-        out = [np.empty((d, d)), np.empty((N, d, d)), np.empty((N, d, d))]
-        out += [np.empty((d, d)), np.empty(d), np.empty((d, d)), np.empty(d)]
-        cv = np.random.default_rng(1)
-
-        def eb():
-            K.reestimate_arm(
-                G, b, q, n, P0, h0, 1.0, np.eye(d), *opts.reestimate_args[:9], cv,
-                opts.splits_drawn, *opts.reestimate_args[9:], *out,
-            )  # fmt: skip
-
-        # ML warm-started from the previous optimum: the re-estimation the policy runs
-        S_prev, s2_prev = np.eye(d), 1.0
-        for _ in range(20):
-            tr = np.empty(4)
-            s2_prev, *_ = reestimate_arm_ml(
-                G, b, q, n, P0, h0, s2_prev, S_prev, opts.eig_floor, opts.sigma2_floor,
-                opts.min_instances_for_sigma, opts.rank_tol, True, True, 3, ML_TOL, *out, tr,
-            )  # fmt: skip
-            S_prev = out[0].copy()
-        # one more row, as after a pull: the warm start is one row behind the optimum
-        G2, b2, q2, n2 = G.copy(), b.copy(), q.copy(), n.copy()
-        x = rng.normal(size=d)
-        G2[0] += np.outer(x, x)
-        b2[0] += x
-        q2[0] += 1.0
-        n2[0] += 1
-        steps = []
-
-        def ml():
-            tr = np.empty(4)
-            r = reestimate_arm_ml(
-                G2, b2, q2, n2, P0, h0, s2_prev, S_prev, opts.eig_floor, opts.sigma2_floor,
-                opts.min_instances_for_sigma, opts.rank_tol, True, True, 3, ML_TOL, *out, tr,
-            )  # fmt: skip
-            steps.append(r[5])
-
-        def ml_cold():
-            tr = np.empty(4)
-            reestimate_arm_ml(
-                G2, b2, q2, n2, P0, h0, 1.0, np.eye(d), opts.eig_floor, opts.sigma2_floor,
-                opts.min_instances_for_sigma, opts.rank_tol, True, True, 3, ML_TOL, *out, tr,
-            )  # fmt: skip
-
-        def post():
-            K.arm_posterior(G, b, np.eye(d), 1.0, P0, h0, *out[1:])
-
-        repeat = max(5, min(200, 20_000 // N))
-        t_eb, t_ml = _time(eb, repeat), _time(ml, repeat)
-        t_cold, t_post = _time(ml_cold, repeat), _time(post, repeat)
-        rows.append(
-            {
-                "d": d,
-                "N": N,
-                "EB µs": f"{1e6 * t_eb:.0f}",
-                "ML warm µs (steps taken)": f"{1e6 * t_ml:.0f} ({steps[-1]})",
-                "ML from I, 3 steps µs": f"{1e6 * t_cold:.0f}",
-                "ML warm / EB": f"{t_ml / t_eb:.2f}",
-                "one posterior µs": f"{1e6 * t_post:.0f}",
-            }
-        )
+    rows = [_cost_row(rng, d, N, opts) for d, N in ((3, 10), (3, 100), (3, 1000), (3, 10_000))]
+    rows.append(_cost_row(rng, 10, 100, opts))
     print(pd.DataFrame(rows).to_markdown(index=False))
     print()
 
@@ -183,13 +177,17 @@ def _truth(env, seeds: int, seed: int = 0):
     return out
 
 
+def _eigs(S) -> str:
+    return " ".join(f"{np.linalg.eigvalsh(Sk)[0]:.2f}" for Sk in np.asarray(S))
+
+
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 def regret(settings: list[str], seeds: int, horizon: int, prior_method: str) -> None:
     print(f"## Regret and estimates: ML − EB, paired over {seeds} seeds, horizon {horizon:,}\n")
-    reg_rows, est_rows = [], []
+    reg_rows, est_rows, tail_rows = [], [], []
     for name in settings:
         env, prior = _setting(name, prior_method)
         N, Kn, d = env.n_instances, env.n_arms, env.n_features
@@ -200,9 +198,9 @@ def regret(settings: list[str], seeds: int, horizon: int, prior_method: str) -> 
         for label, cls, kw in variants:
             made: dict[str, list] = {m: [] for m in METHODS}
 
-            def factory(method, cls=cls, kw=kw, made=made):
+            def factory(method, cls=cls, kw=kw, made=made, shape=(N, Kn, d)):
                 def make(rng):
-                    p = cls(N, Kn, d, rng=rng, hyper_method=method, **kw)
+                    p = cls(*shape, rng=rng, hyper_method=method, **kw)
                     made[method].append(p)
                     return p
 
@@ -225,11 +223,26 @@ def regret(settings: list[str], seeds: int, horizon: int, prior_method: str) -> 
                         f"{diff.mean():+.1f} [{diff.mean() - half:+.1f}, {diff.mean() + half:+.1f}]"
                     ),
                     "ML lower / higher": f"{int((diff < 0).sum())} / {int((diff > 0).sum())}",
+                    "ML − EB min / max (seed)": (
+                        f"{diff.min():+.0f} / {diff.max():+.0f} ({int(np.argmax(diff))})"
+                    ),
+                    "without that seed": f"{np.delete(diff, np.argmax(diff)).mean():+.1f}",
                     "time": f"{wall:.0f} s",
                 }
             )
             for s, env_s in enumerate(truth):
                 assert np.array_equal(env_s.beta, ds["beta"].values[s]), "seeding mismatch"
+            worst = int(np.argmax(diff))
+            tail_rows.append(
+                {
+                    "setting": name,
+                    "policy": label,
+                    "seed": worst,
+                    "smallest eigenvalue of Σ per arm, truth": _eigs(truth[worst].Sigma),
+                    "EB": _eigs(made["eb"][worst].Sigma),
+                    "ML": _eigs(made["ml"][worst].Sigma),
+                }
+            )
             for m in METHODS:
                 errs, ratios = [], []
                 for s, p in enumerate(made[m]):
@@ -255,6 +268,8 @@ def regret(settings: list[str], seeds: int, horizon: int, prior_method: str) -> 
             print(f"{name} {label} done ({wall:.0f} s)", flush=True)
     print()
     print(pd.DataFrame(reg_rows).to_markdown(index=False))
+    print("\nThe seed where ML − EB is largest: the final Σ̂'s smallest eigenvalues\n")
+    print(pd.DataFrame(tail_rows).to_markdown(index=False))
     print("\nFinal estimates against the truth (per seed and arm):\n")
     print(pd.DataFrame(est_rows).to_markdown(index=False))
     print()
@@ -266,7 +281,8 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=5000)
     parser.add_argument("--sections", default="cost,regret")
     parser.add_argument(
-        "--settings", default="fig1-balanced,fig1-data-poor,fig2-sparse,fig1-balanced-N100,movielens"
+        "--settings",
+        default="fig1-balanced,fig1-data-poor,fig2-sparse,fig1-balanced-N100,movielens",
     )
     parser.add_argument("--movielens-prior", default="mcmc", choices=("mcmc", "ml", "eb"))
     parser.add_argument("--threads", type=int, default=2, help="seeds run at once")
