@@ -17,11 +17,13 @@ import numpy as np
 from numba import njit
 
 from hierbandit.stats import kernels as K
+from hierbandit.stats import online_ml
 
 __all__ = [
     "apply_rows",
     "recompute_due",
     "reestimate_due",
+    "reestimate_ml",
     "register_instance",
     "update_row",
 ]
@@ -60,6 +62,48 @@ def register_instance(j, Sigma, sigma2, Ct, A):
 
 
 @njit(**_JIT)
+def reestimate_ml(k, n, state, ml):
+    """The online type-II ML step of arm k (``hyper_method="ml"``,
+    :func:`hierbandit.stats.online_ml.reestimate_arm_ml`) on the first ``n`` instances of the
+    dense state, then its posterior. ``ml``: :attr:`EbmPolicy._ml_args`. Instances without
+    rows add nothing to the likelihood: a layout that keeps only the instances with data may
+    pass just those (and still compute the posterior of the others' shared blocks)."""
+    G, b, q, n_obs, Sigma, sigma2, gamma, n_eff, Ct, A, P, r, Phi, beta0 = state[:14]
+    P0, h0 = state[14], state[15]
+    _, steps, eig_floor, sigma2_floor, min_instances, rank_tol, est_sigma, est_noise = ml
+    trace = np.empty(steps + 1)
+    s2, ne, _ok, _status, _F, _acc = online_ml.reestimate_arm_ml(
+        G[k, :n],
+        b[k, :n],
+        q[k, :n],
+        n_obs[k, :n],
+        P0[k],
+        h0[k],
+        sigma2[k],
+        Sigma[k].copy(),
+        eig_floor,
+        sigma2_floor,
+        min_instances,
+        rank_tol,
+        est_sigma,
+        est_noise,
+        steps,
+        online_ml.ML_TOL,
+        Sigma[k],
+        Ct[k, :n],
+        A[k, :n],
+        P[k],
+        r[k],
+        Phi[k],
+        beta0[k],
+        trace,
+    )
+    sigma2[k] = s2
+    gamma[k] = np.nan
+    n_eff[k] = ne
+
+
+@njit(**_JIT)
 def update_row(j, x, k, y, n, state, options, cv_rng, scratch):
     """One row of ``EbmPolicy._update`` (the caller increments t). ``n``: instances in state
     (the arrays may hold more rows, unused); ``state``: the arrays of
@@ -68,7 +112,7 @@ def update_row(j, x, k, y, n, state, options, cv_rng, scratch):
     rank-one step, allocated once by the caller."""
     G, b, q, n_obs, Sigma, sigma2, gamma, n_eff, Ct, A, P, r, Phi, beta0 = state[:14]
     P0, h0, pulls, arrivals, rank_one_count, since = state[14:]
-    estimates_any, need_u, every, budget, recompute_every, cv_splits, eb = options
+    estimates_any, need_u, every, budget, recompute_every, cv_splits, eb, ml = options
     d = x.shape[0]
     arrivals[j] += 1
     pulls[k] += 1
@@ -81,6 +125,11 @@ def update_row(j, x, k, y, n, state, options, cv_rng, scratch):
                 G[k, j, i, m] += x[i] * x[m]
         for i in range(d):
             b[k, j, i] += x[i] * y
+        if ml[0]:
+            reestimate_ml(k, n, state, ml)
+            rank_one_count[k] = 0
+            since[k] = 0
+            return
         splits = cv_splits if need_u else 0
         Sprev = Sigma[k].copy()
         s2, g, ne, _ok = K.reestimate_arm(

@@ -83,6 +83,17 @@ class EbmPolicy(Policy):
         σ̂² used until it can be estimated, in [1e-100, 1e100].
     eb_options : EBOptions, optional
         Options of the empirical-Bayes estimators (threshold rule, normalisation, floors…).
+    hyper_method : {"eb", "ml"}, default "eb"
+        How (Σ̂_k, σ̂²_k) are re-estimated: the paper's empirical Bayes by moments
+        (thresholded OLS scatter, pooled residual variance; §4.3), or ``"ml"``: ``ml_steps``
+        warm-started Fisher-scoring steps of type-II maximum likelihood on the arm's collapsed
+        likelihood, every coefficient integrated out (:mod:`hierbandit.stats.online_ml`,
+        docs/maths/ebm.md §7.5, docs/decisions/ebm.md A13). ``"ml"`` uses the ``eb_options``
+        fields ``eig_floor``, ``sigma2_floor``, ``min_instances_for_sigma``, ``rank_tol``,
+        ``estimate_Sigma`` and ``estimate_sigma2``; γ is then NaN. Same schedule either way.
+    ml_steps : int, default 3
+        Largest number of Fisher-scoring steps per re-estimation with ``hyper_method="ml"``
+        (fewer once the predicted gain is below 1e-8).
     mean_formula : {"4.2", "4.4-literal"}, default "4.2"
         Predicted mean xᵀβ̂ with β̂ from (4.2) (correct), or the paper's printed (4.4), which
         divides by σ² once too often (docs/decisions/ebm.md T3). The literal form exists only for
@@ -121,6 +132,8 @@ class EbmPolicy(Policy):
         "features": lambda p: _implied_labels(p)[1],
         "_since_estimate": lambda p: np.zeros(int(p.n_arms), dtype=np.int64),
         "hyper_update_budget": lambda p: 10.0,
+        "hyper_method": lambda p: "eb",
+        "ml_steps": lambda p: 3,
     }
     #: derived from ``eb_options`` since, ignored in older files
     _checkpoint_dropped: ClassVar[frozenset[str]] = frozenset({"_eb_args"})
@@ -140,6 +153,8 @@ class EbmPolicy(Policy):
         Sigma_init: Any = None,
         sigma2_init: Any = 1.0,
         eb_options: EBOptions | None = None,
+        hyper_method: str = "eb",
+        ml_steps: int = 3,
         mean_formula: str = "4.2",
         recompute_every: int = 10_000,
         prior: Any = None,
@@ -194,6 +209,8 @@ class EbmPolicy(Policy):
         elif not isinstance(eb_options, EBOptions):
             raise TypeError("eb_options must be an EBOptions instance")
         self.eb_options = eb_options
+        self.hyper_method = check_choice(hyper_method, ("eb", "ml"), "hyper_method")
+        self.ml_steps = check_positive_int(ml_steps, "ml_steps")
         self.Sigma_init = Sigma_init
         self.sigma2_init = sigma2_init
         Sigma0 = (
@@ -304,8 +321,13 @@ class EbmPolicy(Policy):
         self._rank_one_count[k] = 0
 
     def _reestimate_arm(self, k: int) -> None:
-        """Empirical-Bayes step of docs/maths/ebm.md §7.4 for arm k: Σ̂, σ̂², posterior."""
+        """Empirical-Bayes step of docs/maths/ebm.md §7.4 (or §7.5) for arm k: Σ̂, σ̂², posterior."""
         n = self.n_instances
+        if self.hyper_method == "ml":
+            _rows.reestimate_ml(k, n, self._row_state(), self._ml_args)
+            self._rank_one_count[k] = 0
+            self._since_estimate[k] = 0
+            return
         sigma2, gamma, n_eff, _ = K.reestimate_arm(
             self.G[k, :n],
             self.b[k, :n],
@@ -445,6 +467,22 @@ class EbmPolicy(Policy):
         return self.eb_options.reestimate_args
 
     @property
+    def _ml_args(self) -> tuple:
+        """The settings of :func:`_rows.reestimate_ml` (whether ``hyper_method`` is "ml", then
+        the step's options), as Python scalars."""
+        o = self.eb_options
+        return (
+            self.hyper_method == "ml",
+            int(self.ml_steps),
+            float(o.eig_floor),
+            float(o.sigma2_floor),
+            int(o.min_instances_for_sigma),
+            float(o.rank_tol),
+            bool(o.estimate_Sigma),
+            bool(o.estimate_sigma2),
+        )
+
+    @property
     def _every(self) -> int:
         """``hyper_update_every`` for the kernels (0: the default schedule)."""
         return 0 if self.hyper_update_every is None else int(self.hyper_update_every)
@@ -574,6 +612,7 @@ class EbmPolicy(Policy):
             int(self.recompute_every),
             int(self.eb_options.cv_splits),
             tuple(self._eb_args),
+            self._ml_args,
         )
 
     def _grow(self, n: int) -> None:

@@ -30,6 +30,7 @@ from hierbandit.stats.logistic import (
     predictive_click_probability,
 )
 from hierbandit.stats.marginal import MLResult, collapsed_loglik, fit_type2_ml, marginal_loglik
+from hierbandit.stats.online_ml import OnlineMLResult, online_ml_step
 from hierbandit.stats.ridge import OLSStats, RidgeStats, ols_solve
 from hierbandit.stats.suffstats import SuffStats, suffstats
 
@@ -42,6 +43,7 @@ __all__ = [
     "MLResult",
     "OLSStats",
     "OnlineLogistic",
+    "OnlineMLResult",
     "RidgeStats",
     "SuffStats",
     "bickel_levina_threshold",
@@ -58,6 +60,7 @@ __all__ = [
     "newton_update",
     "ols_estimates",
     "ols_solve",
+    "online_ml_step",
     "penalized_map",
     "posterior_cross_covariances",
     "posterior_given_hyper",

@@ -68,12 +68,18 @@ _OK, _K_FAILED, _P_FAILED = 0, 1, 2
 
 
 @njit(**_JIT)
-def _loglik_kernel(G, b, q, n, F, sigma2, lam, profile, grad, beta0, Ct, P, r, gSigma):
+def _loglik_kernel(G, b, q, n, F, sigma2, P0, h0, profile, grad, collapse, beta0, Ct, P, r, gSigma):
     """Σ_j log N(y_j; X_jβ₀, V_j) of one arm from sufficient statistics (see module docstring).
 
-    ``F`` is any factor with Σ = FFᵀ. Fills ``Ct`` (N, d, d) with C̃_j = F K_j⁻¹ Fᵀ, ``P`` with
-    λI + Σ_j X_jᵀV_j⁻¹X_j and ``r`` with Σ_j X_jᵀV_j⁻¹y_j. With ``profile`` the shared mean is
-    first replaced in place by β̂₀ = P⁻¹r. With ``grad`` ``gSigma`` receives ∂ℓ/∂Σ (symmetric).
+    ``F`` is any factor with Σ = FFᵀ. Fills ``Ct`` (N, d, d) with C̃_j = F K_j⁻¹ Fᵀ (rows of
+    instances without data, n_j = 0, are left untouched: they contribute nothing), ``P`` with
+    P0 + Σ_j X_jᵀV_j⁻¹X_j and ``r`` with h0 + Σ_j X_jᵀV_j⁻¹y_j, where N(P0⁻¹h0, P0⁻¹) is the prior
+    of the shared mean (the ebm paper's N(0, λ⁻¹I): P0 = λI, h0 = 0). With ``profile`` the
+    shared mean is first replaced in place by its posterior mode β̂₀ = P⁻¹r. With ``grad``
+    ``gSigma`` receives ∂ℓ/∂Σ (symmetric). With ``collapse`` (needs ``profile`` and ``grad``)
+    the gradients are those of ℓ(β̂₀) − ½log|P|, the β₀-dependent part of the collapsed
+    likelihood (docs/maths/ebm.md §7.5): ∂(−½log|P|)/∂Σ = ½Σ_j H_jΦH_j and
+    ∂(−½log|P|)/∂σ² = ½σ⁻²Σ_j tr(ΦH_j(I − C̃_jG_j)), H_j = X_jᵀV_j⁻¹X_j, Φ = P⁻¹.
 
     Returns ``(status, loglik, logdetP, dsigma2)``: status 0 on success, 1 if some K_j was not
     numerically positive definite, 2 if P was not (shared mean unidentified); ``logdetP`` is
@@ -85,6 +91,9 @@ def _loglik_kernel(G, b, q, n, F, sigma2, lam, profile, grad, beta0, Ct, P, r, g
     GF = np.empty((d, d))
     Z = np.empty((d, d))
     GC = np.empty((d, d))
+    Hm = np.empty((d, d))
+    HP = np.empty((d, d))
+    Phi = np.empty((d, d))
     c = np.empty(d)
     s = np.empty(d)
     Gs = np.empty(d)
@@ -97,6 +106,8 @@ def _loglik_kernel(G, b, q, n, F, sigma2, lam, profile, grad, beta0, Ct, P, r, g
             gSigma[i, k] = 0.0
     # ---- pass 1: C̃_j, log|V_j|, P and r
     for j in range(N):
+        if n[j] == 0:
+            continue  # no rows: V_j is empty, the instance adds nothing
         for i in range(d):
             for k in range(d):
                 t = 0.0
@@ -150,7 +161,10 @@ def _loglik_kernel(G, b, q, n, F, sigma2, lam, profile, grad, beta0, Ct, P, r, g
                     t -= GC[i, m] * G[j, m, k]
                 P[i, k] += t / sigma2
     for i in range(d):
-        P[i, i] += lam
+        r[i] += h0[i]
+        for k in range(d):
+            P[i, k] += P0[i, k]
+    for i in range(d):
         for k in range(i):
             v = 0.5 * (P[i, k] + P[k, i])
             P[i, k] = v
@@ -164,10 +178,15 @@ def _loglik_kernel(G, b, q, n, F, sigma2, lam, profile, grad, beta0, Ct, P, r, g
         for i in range(d):
             logdetP += 2.0 * np.log(LP[i, i])
         linalg.cholesky_solve(LP, r, beta0)
+        if collapse:
+            linalg.cholesky_inverse(LP, Phi, Z)
     # ---- pass 2: log-likelihood (and gradient) at beta0
     ll = 0.0
     dsig = 0.0
+    dsig_c = 0.0
     for j in range(N):
+        if n[j] == 0:
+            continue
         e = q[j]
         for i in range(d):
             t = b[j, i]
@@ -208,17 +227,39 @@ def _loglik_kernel(G, b, q, n, F, sigma2, lam, profile, grad, beta0, Ct, P, r, g
                     h = G[j, i, k]
                     for m in range(d):
                         h -= GC[i, m] * G[j, m, k]
-                    v = 0.5 * (c[i] * c[k] - h / sigma2)
+                    Hm[i, k] = h / sigma2
+                    Hm[k, i] = Hm[i, k]
+                    v = 0.5 * (c[i] * c[k] - Hm[i, k])
                     gSigma[i, k] += v
                     if k != i:
                         gSigma[k, i] += v
+            if collapse:
+                # ½ H Φ H into gSigma; ½σ⁻² tr(ΦH(I − C̃G)) = ½σ⁻²[tr(ΦH) − tr(ΦH C̃G)]
+                for i in range(d):
+                    for k in range(d):
+                        t = 0.0
+                        for m in range(d):
+                            t += Phi[i, m] * Hm[m, k]
+                        HP[i, k] = t  # ΦH
+                for i in range(d):
+                    for k in range(d):
+                        t = 0.0
+                        for m in range(d):
+                            t += Hm[i, m] * HP[m, k]
+                        gSigma[i, k] += 0.5 * t
+                tr = 0.0
+                for i in range(d):
+                    tr += HP[i, i]
+                    for m in range(d):
+                        tr -= HP[i, m] * GC[i, m]  # (C̃G)[m, i] = (GC̃)[i, m]
+                dsig_c += 0.5 * tr / sigma2
     if grad:
         for i in range(d):
             for k in range(i):
                 v = 0.5 * (gSigma[i, k] + gSigma[k, i])
                 gSigma[i, k] = v
                 gSigma[k, i] = v
-    return _OK, ll, logdetP, dsig
+    return _OK, ll, logdetP, dsig + dsig_c
 
 
 # ----------------------------------------------------------------------------- validation
@@ -257,11 +298,13 @@ def _run(
     profile: bool,
     grad: bool,
     beta0: np.ndarray,
+    collapse: bool = False,
 ) -> tuple[int, float, float, float, np.ndarray, np.ndarray, np.ndarray]:
     N, d = st.b.shape
     Ct, P, r, gS = _work(N, d)
+    P0, h0 = lam * np.eye(d), np.zeros(d)
     status, ll, logdetP, dsig = _loglik_kernel(
-        st.G, st.b, st.q, st.n, F, sigma2, lam, profile, grad, beta0, Ct, P, r, gS
+        st.G, st.b, st.q, st.n, F, sigma2, P0, h0, profile, grad, collapse, beta0, Ct, P, r, gS
     )
     return int(status), float(ll), float(logdetP), float(dsig), P, r, gS
 
@@ -404,9 +447,12 @@ def _pack(L: np.ndarray, sigma2: float) -> np.ndarray:
 
 
 def _profiled(
-    theta: np.ndarray, st: _Stats, lam: float
+    theta: np.ndarray, st: _Stats, lam: float, collapse: bool = False
 ) -> tuple[float, np.ndarray, np.ndarray, float]:
     """Profiled objective ℓ(β̂₀) − (λ/2)‖β̂₀‖², its gradient in θ, β̂₀ and ℓ(β̂₀).
+
+    With ``collapse`` the objective is ℓ(β̂₀) − (λ/2)‖β̂₀‖² − ½log|P|, the collapsed likelihood
+    with β₀ ~ N(0, λ⁻¹I) integrated out less its constant (d/2)log λ (:func:`collapsed_loglik`).
 
     Returns ``(-inf, nan-gradient, nan, nan)`` when a d×d system is numerically singular or σ⁴
     underflows to 0 (the likelihood of rewards fitted exactly grows without bound as σ² → 0).
@@ -416,14 +462,17 @@ def _profiled(
     beta0 = np.zeros(d)
     if not sigma2 * sigma2 > 0.0:  # σ⁴ underflowed: the kernel divides by σ² and σ⁴
         return -np.inf, np.full(theta.shape, np.nan), beta0 * np.nan, np.nan
-    status, ll, _, dsig, _, _, gS = _run(st, L, sigma2, lam, True, True, beta0)
+    status, ll, logdetP, dsig, _, _, gS = _run(st, L, sigma2, lam, True, True, beta0, collapse)
     if status != _OK or not np.isfinite(ll):
         return -np.inf, np.full(theta.shape, np.nan), beta0 * np.nan, np.nan
     gL = 2.0 * gS @ L
     idx = np.arange(d)
     gL[idx, idx] *= L[idx, idx]  # ∂/∂log L_ii
     g = np.concatenate([gL[np.tril_indices(d)], [dsig * sigma2]])
-    return ll - 0.5 * lam * float(beta0 @ beta0), g, beta0, ll
+    f = ll - 0.5 * lam * float(beta0 @ beta0)
+    if collapse:
+        f -= 0.5 * logdetP
+    return f, g, beta0, ll
 
 
 def _moment_start(st: _Stats) -> tuple[np.ndarray, float]:
@@ -507,6 +556,7 @@ def fit_type2_ml(
     sigma2_init: float | None = None,
     tol: float = 1e-10,
     max_iter: int = 5000,
+    beta0: str = "profile",
 ) -> MLResult:
     """Type-II maximum likelihood of (β₀, Σ, σ²) for one arm from sufficient statistics.
 
@@ -543,6 +593,14 @@ def fit_type2_ml(
         gradient is below 1e-6.
     max_iter : int
         Maximum number of quasi-Newton iterations.
+    beta0 : {"profile", "integrate"}
+        How the shared mean enters: maximised jointly with (Σ, σ²) (``"profile"``, the default
+        described above), or integrated out under its N(0, λ⁻¹I) hyperprior, so that (Σ, σ²)
+        maximise the collapsed likelihood :func:`collapsed_loglik` (``"integrate"``; with λ = 0
+        this is REML). The second is the objective of the online step of EbmTS/EbmUCB
+        (``hyper_method="ml"``, :func:`hierbandit.stats.online_ml.online_ml_step`,
+        docs/maths/ebm.md §7.5). ``shared_mean`` is β̂₀ = P⁻¹r either way, and ``loglik`` is
+        ℓ(β̂₀), not the collapsed value.
 
     Returns
     -------
@@ -560,6 +618,9 @@ def fit_type2_ml(
     lam = check_scalar(lam, "lam", low=0.0)
     tol = check_scalar(tol, "tol", low=0.0, low_inclusive=False)
     max_iter = check_positive_int(max_iter, "max_iter")
+    if beta0 not in ("profile", "integrate"):
+        raise ValueError(f"beta0 must be 'profile' or 'integrate', got {beta0!r}")
+    collapse = beta0 == "integrate"
     T = int(st.n.sum())
     if T == 0:
         raise ValueError("n: the arm has no rows; the marginal likelihood is flat in (Σ, σ²)")
@@ -596,7 +657,7 @@ def fit_type2_ml(
     scale = 1.0 / T  # optimise the per-row objective so that gtol is scale-free
 
     def fun(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        f, g, _, _ = _profiled(theta, st, lam)
+        f, g, _, _ = _profiled(theta, st, lam, collapse)
         if not np.isfinite(f):
             return np.inf, np.zeros_like(theta)
         return -f * scale, -g * scale
@@ -619,7 +680,7 @@ def fit_type2_ml(
     if res is None:  # pragma: no cover
         raise ValueError("the objective is not finite at any starting value")
     theta = _newton_polish(fun, res.x)
-    _, g, beta0, ll = _profiled(theta, st, lam)
+    _, g, mean0, ll = _profiled(theta, st, lam, collapse)
     Lh, sigma2 = _unpack(theta, d)
     gnorm = float(np.max(np.abs(g))) * scale if np.all(np.isfinite(g)) else np.inf
     # L-BFGS-B can stop at the limit of floating-point progress with an "abnormal" line search;
@@ -627,7 +688,7 @@ def fit_type2_ml(
     converged = bool(res.success) or gnorm <= 1e-6
     message = f"{res.message} (max |gradient| per row {gnorm:.2e})"
     return MLResult(
-        shared_mean=beta0,
+        shared_mean=mean0,
         Sigma=0.5 * (Lh @ Lh.T + (Lh @ Lh.T).T),
         sigma2=sigma2,
         loglik=float(ll),
