@@ -44,12 +44,13 @@ METHODS = ("eb", "ml", "mcmc")
 #: The package's folder: the warnings of a fit point at the first frame outside it.
 _PACKAGE_DIR = str(Path(__file__).parent.parent) + os.sep
 
-#: NUTS settings of a collapsed full-Bayes fit unless given: ``SamplerConfig()`` with nutpie's
-#: own defaults for the warm-up (400 steps) and the target acceptance rate (0.8). The collapsed
-#: model has d(d+1)/2 + 1 parameters per arm and no funnel: from N = 10 to 10,000 instances its
-#: diagnostics are as good as with 1,000 steps and 0.9 or better, for a third less time at
-#: N = 1,000 and 10,000 (B15)
-FIT_SAMPLER = SamplerConfig(tune=400, target_accept=0.8)
+#: NUTS settings of a collapsed full-Bayes fit unless given: nutpie on the model's compiled log
+#: density and gradient (``driver="kernel"``, :mod:`hierbandit.bayes.compiled`; B18), with
+#: nutpie's own defaults for the warm-up (400 steps) and the target acceptance rate (0.8). The
+#: collapsed model has d(d+1)/2 + 1 parameters per arm and no funnel: from N = 10 to 10,000
+#: instances its diagnostics are as good as with 1,000 steps and 0.9 or better, for a third
+#: less time at N = 1,000 and 10,000 (B15)
+FIT_SAMPLER = SamplerConfig(tune=400, target_accept=0.8, driver="kernel")
 
 #: Rewards whose least-squares residual on the features is below this fraction of their own size
 #: (root sum of squares) count as an exact linear function of the features.
@@ -495,13 +496,17 @@ def fit_prior(
     sampler : SamplerConfig, optional
         NUTS settings of ``method="mcmc"``: by default :data:`FIT_SAMPLER` for the collapsed
         model (2 chains × 1,000 draws after 400 tuning steps, ``target_accept=0.8``: nutpie's
-        own defaults; seed 0, ``pm.sample`` with nutpie; B15 in ``docs/decisions/bayes.md``)
-        and ``SamplerConfig()`` (1,000 tuning steps, ``target_accept=0.9``) for
-        ``collapsed=False``.
+        own defaults; seed 0; nutpie on the model's compiled log density, ``driver="kernel"``;
+        B15 and B18 in ``docs/decisions/bayes.md``) and ``SamplerConfig()`` (1,000 tuning
+        steps, ``target_accept=0.9``, ``pm.sample`` with nutpie) for ``collapsed=False``.
+        ``driver="pymc"`` samples the collapsed model with ``pm.sample`` and nutpie compiled
+        by JAX, the default before B18.
     draws, tune, chains, target_accept, random_seed, nuts_sampler, progressbar, **sampler_kwargs
         Replace the matching fields of ``sampler`` when given; further keyword arguments are
-        backend options (``SamplerConfig.options``). ``random_seed`` (default 0, or the
-        ``sampler``'s) also seeds the cross-validation of ``method="eb"``.
+        backend options (``SamplerConfig.options``) or ``driver``. A ``nuts_sampler`` other
+        than nutpie, given without a ``driver``, runs through ``pm.sample``.
+        ``random_seed`` (default 0, or the ``sampler``'s) also seeds the cross-validation of
+        ``method="eb"``.
     scheduler : None, str or distributed.Client
         Only used for out-of-core input (a directory or a Dask DataFrame), ignored otherwise:
         ``None`` (default) starts a local Dask cluster for the call (one worker process per
@@ -588,9 +593,13 @@ def fit_prior(
         return _fit_ml(log, lam, check_scalar(ml_tol, "ml_tol", low=0.0, low_inclusive=False))
     check_rows(log, per_arm=1, method="mcmc")
     check_vary(log)
+    default = FIT_SAMPLER if collapsed else SamplerConfig()
+    if nuts_sampler not in (None, "nutpie") and "driver" not in sampler_kwargs:
+        # the compiled kernel runs on nutpie; another backend goes through pm.sample
+        default = default.override(driver="pymc")
     config = resolve_sampler(
         sampler,
-        FIT_SAMPLER if collapsed else SamplerConfig(),
+        default,
         extra=sampler_kwargs,
         draws=draws,
         tune=tune,

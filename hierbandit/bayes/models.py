@@ -136,7 +136,10 @@ def _lkj_cholesky(Kn: int, d: int, hyper: HyperPriors) -> tuple[dict, pt.TensorV
     sd σ (K,).
     """
     pairs = _cpc_pairs(d)
-    sd = pm.HalfNormal("Sigma_sd", hyper.sd_scale, dims=("arm", "feature"))
+    # the scales as float64 scalars: PyTensor makes a Python float that float32 represents
+    # exactly (2.5) a float32 constant, and its logarithm in the prior's normalising constant
+    # would then be rounded to float32 (an offset of 3e-8 per coordinate)
+    sd = pm.HalfNormal("Sigma_sd", np.float64(hyper.sd_scale), dims=("arm", "feature"))
     z = pt.zeros((Kn, 0))
     if pairs:
         alpha = np.array([hyper.lkj_eta + (d - j - 2) / 2.0 for _, j in pairs])
@@ -148,7 +151,7 @@ def _lkj_cholesky(Kn: int, d: int, hyper: HyperPriors) -> tuple[dict, pt.TensorV
         axis=-2,
     )
     pm.Deterministic("Sigma", pt.matmul(Lmat, matT(Lmat)), dims=("arm", "feature", "feature_"))
-    sigma = pm.HalfNormal("sigma", hyper.noise_scale, dims="arm")
+    sigma = pm.HalfNormal("sigma", np.float64(hyper.noise_scale), dims="arm")
     return L, Lmat, sigma
 
 
@@ -318,7 +321,7 @@ def collapsed_model(
         Ld, L, sigma = _lkj_cholesky(Kn, d, hyper)
         beta0 = None
         if not collapse_shared_mean:
-            beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
+            beta0 = pm.Normal("beta0", 0.0, np.float64(hyper.lam**-0.5), dims=("arm", "feature"))
         if soa:
             ll = _collapsed_soa(data, Ld, sigma**2, hyper.lam, beta0)
         else:
@@ -355,7 +358,7 @@ def uncollapsed_model(log: Any, *, hyper: HyperPriors | None = None) -> pm.Model
     Kn, d = log.n_arms, log.n_features
     with pm.Model(coords=model_coords(log)) as model:
         _, L, sigma = _lkj_cholesky(Kn, d, hyper)
-        beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
+        beta0 = pm.Normal("beta0", 0.0, np.float64(hyper.lam**-0.5), dims=("arm", "feature"))
         z = pm.Normal("z", 0.0, 1.0, dims=("arm", "instance", "feature"))
         beta = pm.Deterministic(
             "beta",

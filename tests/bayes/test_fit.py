@@ -109,6 +109,9 @@ def test_validation_messages(log_df):
 def test_mcmc_collapsed_small(log_df, tmp_path):
     prior = fit_prior(log_df, features=FEATURES, method="mcmc", draws=300, tune=300, random_seed=1)
     post = prior.idata.posterior
+    # the default route: nutpie on the compiled log density (B18), recorded in the provenance
+    assert post.attrs["log_density"] == "hierbandit.bayes.compiled"
+    assert prior.provenance["config"]["sampler"]["driver"] == "kernel"
     assert post["beta"].dims == ("chain", "draw", "arm", "instance", "feature")
     assert post["beta0"].dims == ("chain", "draw", "arm", "feature")
     assert set(post.data_vars) == {"Sigma", "sigma", "beta0", "beta"}
@@ -132,10 +135,11 @@ def test_mcmc_collapsed_small(log_df, tmp_path):
 
 
 def test_mcmc_with_the_nutpie_backend(log_df):
-    """An alternative NUTS backend from the registry (nutpie, JAX-compiled model)."""
-    prior = fit_prior(
-        log_df, features=FEATURES, method="mcmc", nuts_sampler="nutpie", draws=200, tune=200
-    )
+    """The route before B18, one option away: ``pm.sample`` with nutpie on the JAX-compiled
+    model."""
+    prior = fit_prior(log_df, features=FEATURES, method="mcmc", driver="pymc", draws=200, tune=200)
+    assert prior.provenance["config"]["sampler"]["nuts_sampler"] == "nutpie"
+    assert "driver" not in prior.provenance["config"]["sampler"]  # pm.sample
     assert prior.idata.posterior.attrs["inference_library"] == "nutpie"
     assert set(prior.idata.posterior.data_vars) == {"Sigma", "sigma", "beta0", "beta"}
     ml = fit_prior(log_df, features=FEATURES, method="ml")
