@@ -1,0 +1,127 @@
+"""The vectorised arm likelihood (``hierbandit.stats.arm_likelihood``) against the scalar
+instance-by-instance kernel of ``hierbandit.stats.marginal``, the collapsed likelihood and
+finite differences, with empty cells, d = 1 and any block size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hierbandit.stats import collapsed_loglik, marginal_loglik
+from hierbandit.stats.arm_likelihood import (
+    GIVEN,
+    INTEGRATED,
+    PROFILED,
+    arm_loglik,
+    arm_stats,
+)
+from hierbandit.stats.marginal import _loglik_kernel
+from hierbandit.stats.suffstats import suffstats
+
+
+def _stats(rng, N, d, rows, empty=(0, 3)):
+    """Statistics of N instances with about ``rows`` rows each (instances ``empty`` have none)."""
+    T = N * rows
+    inst = rng.integers(0, N, T)
+    inst = inst[~np.isin(inst, empty)]
+    X = np.column_stack([np.ones(inst.size), rng.normal(size=(inst.size, d - 1))])
+    beta = rng.normal(size=d) + 0.6 * rng.normal(size=(N, d))
+    y = np.einsum("td,td->t", X, beta[inst]) + 0.9 * rng.normal(size=inst.size)
+    s = suffstats(X, y, inst, N)
+    assert (s.n == 0).any()
+    return s
+
+
+def _L(rng, d):
+    A = rng.normal(size=(d, d))
+    return np.linalg.cholesky(A @ A.T / d + 0.3 * np.eye(d))
+
+
+def _run(s, L, s2, lam, mode, beta0=None, block=64):
+    d = L.shape[0]
+    b0 = np.zeros(d) if beta0 is None else np.array(beta0, dtype=float)
+    gS, gb = np.full((d, d), np.nan), np.full(d, np.nan)
+    D = arm_stats(s.G, s.b, s.q)
+    ll, s2_ds2 = arm_loglik(D, float(s.n.sum()), L, s2, lam, mode, b0, block, gS, gb)
+    return ll, s2_ds2, gS, gb, b0
+
+
+CASES = [(130, 3, 5), (20, 1, 4), (15, 2, 1), (11, 4, 9)]  # (N, d, rows per instance)
+
+
+@pytest.mark.parametrize(("N", "d", "rows"), CASES)
+@pytest.mark.parametrize("block", [1, 7, 64])
+def test_given_and_profiled_shared_mean_match_the_scalar_kernel(N, d, rows, block):
+    """β₀ given and β₀ profiled: value, ∂ℓ/∂Σ, ∂ℓ/∂σ² and β̂₀ as the scalar kernel computes
+    them, cell by cell (which ``fit_type2_ml`` used before), whatever the block."""
+    rng = np.random.default_rng(N + d + block)
+    s = _stats(rng, N, d, rows)
+    L, s2, lam = _L(rng, d), 0.8, 0.05
+    for mode, profile in ((GIVEN, False), (PROFILED, True)):
+        beta0 = rng.normal(size=d)
+        ref_b0 = beta0.copy()
+        Ct, P, r, gS_ref = np.empty((N, d, d)), np.empty((d, d)), np.empty(d), np.empty((d, d))
+        status, ll_ref, _, ds_ref = _loglik_kernel(
+            s.G, s.b, s.q, s.n, L, s2, lam, profile, True, ref_b0, Ct, P, r, gS_ref
+        )
+        assert status == 0
+        ll, s2_ds2, gS, gb, b0 = _run(s, L, s2, lam, mode, beta0, block)
+        assert ll == pytest.approx(ll_ref, rel=1e-12)
+        np.testing.assert_allclose(b0, ref_b0, rtol=1e-11, atol=1e-12)
+        scale = np.max(np.abs(gS_ref)) + abs(ds_ref * s2)
+        np.testing.assert_allclose(gS, gS_ref, rtol=1e-10, atol=1e-12 * scale)
+        assert s2_ds2 == pytest.approx(ds_ref * s2, rel=1e-9, abs=1e-12 * scale)
+        if mode == GIVEN:  # ∂ℓ/∂β₀ = r − Pβ₀ (P without λ), by central differences
+            h = 1e-6
+            fd = [
+                (
+                    marginal_loglik(s.G, s.b, s.q, s.n, beta0 + h * e, L @ L.T, s2)
+                    - marginal_loglik(s.G, s.b, s.q, s.n, beta0 - h * e, L @ L.T, s2)
+                )
+                / (2 * h)
+                for e in np.eye(d)
+            ]
+            np.testing.assert_allclose(gb, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
+
+
+@pytest.mark.parametrize(("N", "d", "rows"), CASES)
+def test_integrated_shared_mean_is_the_collapsed_likelihood_and_its_gradient(N, d, rows):
+    """β₀ integrated out: the value of ``collapsed_loglik`` and the gradient in the entries of
+    L and in log σ² by central differences of it."""
+    rng = np.random.default_rng(2 * N + d)
+    s = _stats(rng, N, d, rows)
+    L, s2, lam = _L(rng, d), 1.3, 0.2
+
+    def value(L, s2):
+        return collapsed_loglik(s.G, s.b, s.q, s.n, L @ L.T, s2, lam)
+
+    ll, s2_ds2, gS, _, _ = _run(s, L, s2, lam, INTEGRATED, block=5)
+    assert ll == pytest.approx(value(L, s2), rel=1e-11)
+    gL = 2.0 * gS @ L
+    h = 1e-6
+    for i in range(d):
+        for j in range(i + 1):
+            E = np.zeros((d, d))
+            E[i, j] = h
+            fd = (value(L + E, s2) - value(L - E, s2)) / (2 * h)
+            assert gL[i, j] == pytest.approx(fd, rel=1e-6, abs=1e-6)
+    fd = (value(L, s2 * np.exp(h)) - value(L, s2 * np.exp(-h))) / (2 * h)
+    assert s2_ds2 == pytest.approx(fd, rel=1e-6, abs=1e-6)
+
+
+def test_empty_cells_contribute_nothing():
+    """Appending instances without rows changes nothing, in every mode."""
+    rng = np.random.default_rng(5)
+    s = _stats(rng, 40, 3, 4)
+    more = type(s)(
+        np.concatenate([s.G, np.zeros((9, 3, 3))]),
+        np.concatenate([s.b, np.zeros((9, 3))]),
+        np.concatenate([s.q, np.zeros(9)]),
+        np.concatenate([s.n, np.zeros(9, dtype=s.n.dtype)]),
+    )
+    L = _L(rng, 3)
+    for mode in (GIVEN, PROFILED, INTEGRATED):
+        a = _run(s, L, 0.7, 0.1, mode, np.ones(3))
+        b = _run(more, L, 0.7, 0.1, mode, np.ones(3))
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-13, atol=1e-13)
