@@ -14,9 +14,10 @@ DataFrame) is reduced to a :class:`~hierbandit.data.LogSummary` by Dask
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -400,6 +401,26 @@ def _fit_mcmc(
     )
 
 
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """Run the block with the BLAS libraries NumPy and SciPy load limited to one thread each,
+    and restore their settings after it (``threadpoolctl``; nothing when it is missing).
+
+    A fit's linear algebra is on small matrices (the quasi-Newton steps of type-II ML, d×d
+    factors), where waking a BLAS thread costs more than the work: SciPy's L-BFGS-B took
+    4.7 ms a step with OpenBLAS's two threads on a loaded two-core machine and a few µs with
+    one, and the ML fit at 10⁶ rows 3.7 s against 1.6 s (B18). The package's own kernels
+    choose their threads themselves.
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - installed with PyMC
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 def _is_directory(data: Any) -> bool:
     """A path to a directory (of Parquet files); a path the OS cannot even look at is not."""
     if not isinstance(data, str | os.PathLike):
@@ -556,8 +577,67 @@ def fit_prior(
     statistics and fitted from rows. The provenance records the summary's ``data_hash``, a hash
     of the rows that does not depend on their order or partitioning (it differs from the hash
     of the same log read in memory, which depends on the order of the rows).
+
+    While it runs, the BLAS libraries of NumPy and SciPy use one thread each (their settings
+    are restored afterwards): a fit's linear algebra is on small matrices, where a second BLAS
+    thread costs more than it brings (B18 in ``docs/decisions/bayes.md``).
     """
     method = check_choice(method, METHODS, "method")
+    with _one_blas_thread():
+        return _fit_prior(
+            data,
+            instance=instance,
+            arm=arm,
+            reward=reward,
+            features=features,
+            method=method,
+            lam=lam,
+            eb_options=eb_options,
+            ml_tol=ml_tol,
+            hyper=hyper,
+            collapsed=collapsed,
+            collapse_shared_mean=collapse_shared_mean,
+            posterior_predictive=posterior_predictive,
+            sampler=sampler,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            target_accept=target_accept,
+            random_seed=random_seed,
+            nuts_sampler=nuts_sampler,
+            progressbar=progressbar,
+            scheduler=scheduler,
+            sampler_kwargs=sampler_kwargs,
+        )
+
+
+def _fit_prior(
+    data: Any,
+    *,
+    instance: str,
+    arm: str | None,
+    reward: str,
+    features: Any,
+    method: str,
+    lam: float | None,
+    eb_options: EBOptions | None,
+    ml_tol: float,
+    hyper: Any,
+    collapsed: bool,
+    collapse_shared_mean: bool,
+    posterior_predictive: bool,
+    sampler: SamplerConfig | None,
+    draws: int | None,
+    tune: int | None,
+    chains: int | None,
+    target_accept: float | None,
+    random_seed: int | None,
+    nuts_sampler: str | None,
+    progressbar: bool | None,
+    scheduler: Any,
+    sampler_kwargs: dict[str, Any],
+) -> HierarchicalPrior:
+    """:func:`fit_prior` after its method is checked, with one BLAS thread."""
     log = _read_data(
         data, instance=instance, arm=arm, reward=reward, features=features, scheduler=scheduler
     )

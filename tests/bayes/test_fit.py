@@ -251,3 +251,26 @@ def test_the_default_method_is_type2_ml(log_df):
     # the same values (``equals``: the attributes hold the creation time, to the second)
     assert prior.dataset.equals(fit_prior(log_df, features=FEATURES, method="ml").dataset)
     assert fit_prior(log_df, features=FEATURES, method="eb").method == "eb"
+
+
+def test_a_fit_runs_with_one_blas_thread_and_restores_the_setting(log_df, monkeypatch):
+    """BLAS on one thread while fitting (small matrices: B18), the user's setting afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from hierbandit.bayes import fit as fit_module
+
+    seen = []
+    inner = fit_module._fit_ml
+
+    def spy(*args, **kwargs):
+        seen.append({i["filepath"]: i["num_threads"] for i in threadpool_info()})
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(fit_module, "_fit_ml", spy)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+        fit_prior(log_df, features=FEATURES, method="ml")
+        after = {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+    blas = {i["filepath"] for i in threadpool_info() if i["user_api"] == "blas"}
+    assert blas and all(seen[0][p] == 1 for p in blas)
+    assert after == before
