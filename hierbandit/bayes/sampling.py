@@ -572,6 +572,9 @@ def _sample_kernel(
             "driver='kernel' passes its options to nutpie.sample"
         )
     kwargs.setdefault("cores", min(chains, os.cpu_count() or 1))
+    # nutpie's seed as pm.sample derives it: with the same seed both routes start from the
+    # same points and run the same random streams (the gradients agree to rounding)
+    seed = int(np.random.default_rng(random_seed).spawn(chains)[0].integers(2**30))
     start = time.perf_counter()
     compiled = compile_collapsed(model)
     bar = NutpieProgressBarManager(chains=chains, draws=draws, progressbar=progressbar)
@@ -581,7 +584,7 @@ def _sample_kernel(
             draws=draws,
             tune=max(tune, 1),  # nutpie needs a warm-up step (as pm.sample makes it)
             chains=chains,
-            seed=random_seed,
+            seed=seed,
             target_accept=target_accept,
             save_warmup=False,
             progress_bar=False,
