@@ -110,10 +110,12 @@ def main() -> None:
     parser.add_argument("--statsmodels", default="", help="N values for ML vs MixedLM")
     parser.add_argument("--sm-rows", type=int, default=50, help="rows per instance (MixedLM)")
     args = parser.parse_args()
+    from hierbandit._numba_cache import configure_numba_cache
     from hierbandit.bayes import fit_prior
     from hierbandit.bayes._devices import configure_jax_once
     from hierbandit.data import read_log
 
+    configure_numba_cache()  # as the command does: compiled kernels keyed by their sources
     configure_jax_once()
     rows = []
     for n in _sizes(args.n):

@@ -47,6 +47,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from hierbandit.stats._arm_sums_unrolled import arm_sums_1, arm_sums_2, arm_sums_3, arm_sums_4
+
 __all__ = ["GIVEN", "INTEGRATED", "PROFILED", "arm_loglik", "arm_stats", "arm_sums", "n_sums"]
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
@@ -247,7 +249,9 @@ def arm_loglik(D, T, L, s2, lam, mode, beta0, block, gS, gbeta0):  # pragma: no 
     """One arm's log-likelihood (module docstring), ∂ℓ/∂Σ into ``gS`` (d, d) and σ²∂ℓ/∂σ².
 
     ``D`` is :func:`arm_stats`' layout, ``T`` = Σ_j n_j, Σ = LLᵀ (L lower triangular, (d, d)),
-    σ² = ``s2``, ``lam`` = λ, ``block`` cells per block. ``mode``: :data:`INTEGRATED` (β₀
+    σ² = ``s2``, ``lam`` = λ, ``block`` cells per block of the generic kernel
+    (:func:`arm_sums`; d ≤ 4 runs its unrolled variant, :mod:`hierbandit.stats._arm_codegen`,
+    the same sums to rounding). ``mode``: :data:`INTEGRATED` (β₀
     integrated out under N(0, λ⁻¹I)), :data:`GIVEN` (β₀ = ``beta0``; ∂ℓ/∂β₀ goes to
     ``gbeta0``) or :data:`PROFILED` (β₀ = β̂₀, written to ``beta0``; the caller subtracts
     the penalty (λ/2)‖β̂₀‖²). Returns ``(ll, s2_dll_ds2)``; a non-finite value means a d×d
@@ -255,14 +259,23 @@ def arm_loglik(D, T, L, s2, lam, mode, beta0, block, gS, gbeta0):  # pragma: no 
     """
     d = L.shape[0]
     npr = d * (d + 1) // 2
-    sums = np.empty((n_sums(d), block))
-    logdetB = arm_sums(D, L, s2, sums)
-    tot = np.empty(sums.shape[0])
-    for s in range(sums.shape[0]):
-        acc = 0.0
-        for t in range(block):
-            acc += sums[s, t]
-        tot[s] = acc
+    tot = np.empty(n_sums(d))
+    if d == 1:
+        logdetB = arm_sums_1(D, L, s2, tot)
+    elif d == 2:
+        logdetB = arm_sums_2(D, L, s2, tot)
+    elif d == 3:
+        logdetB = arm_sums_3(D, L, s2, tot)
+    elif d == 4:
+        logdetB = arm_sums_4(D, L, s2, tot)
+    else:
+        sums = np.empty((tot.size, block))
+        logdetB = arm_sums(D, L, s2, sums)
+        for s in range(sums.shape[0]):
+            acc = 0.0
+            for t in range(block):
+                acc += sums[s, t]
+            tot[s] = acc
     o_P = 1
     o_r = o_P + npr
     o_Rr = o_r + d

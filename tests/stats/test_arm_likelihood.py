@@ -46,7 +46,8 @@ def _run(s, L, s2, lam, mode, beta0=None, block=64):
     return ll, s2_ds2, gS, gb, b0
 
 
-CASES = [(130, 3, 5), (20, 1, 4), (15, 2, 1), (11, 4, 9)]  # (N, d, rows per instance)
+#: (N, d, rows per instance): d ≤ 4 runs the unrolled sums, d = 5 and 6 the generic blocked ones
+CASES = [(130, 3, 5), (20, 1, 4), (15, 2, 1), (11, 4, 9), (90, 5, 8), (12, 6, 10)]
 
 
 @pytest.mark.parametrize(("N", "d", "rows"), CASES)
@@ -125,3 +126,36 @@ def test_empty_cells_contribute_nothing():
         b = _run(more, L, 0.7, 0.1, mode, np.ones(3))
         for x, y in zip(a, b, strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-13, atol=1e-13)
+
+
+def test_the_unrolled_module_is_what_the_generator_writes():
+    """``_arm_sums_unrolled.py`` is :func:`render`'s output (up to formatting)."""
+    import ast
+    from pathlib import Path
+
+    from hierbandit.stats import _arm_codegen
+
+    path = Path(_arm_codegen.__file__).with_name("_arm_sums_unrolled.py")
+    assert ast.dump(ast.parse(path.read_text())) == ast.dump(ast.parse(_arm_codegen.render()))
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 4])
+def test_the_unrolled_sums_are_the_generic_kernels(d):
+    """Each unrolled variant gives the generic blocked kernel's sums and log-determinant, with
+    empty cells and a partial last block, including far from typical values of σ²."""
+    from hierbandit.stats import _arm_sums_unrolled
+    from hierbandit.stats.arm_likelihood import arm_sums, n_sums
+
+    rng = np.random.default_rng(d)
+    s = _stats(rng, 150, d, 4)
+    D = arm_stats(s.G, s.b, s.q)
+    unrolled = getattr(_arm_sums_unrolled, f"arm_sums_{d}")
+    for s2 in (0.7, 1e-6, 1e4):
+        L = _L(rng, d)
+        lanes = np.empty((n_sums(d), 16))
+        want_logdet = arm_sums(D, L, s2, lanes)
+        want = lanes.sum(axis=1)
+        got = np.full(n_sums(d), np.nan)
+        got_logdet = unrolled(D, L, s2, got)
+        assert got_logdet == pytest.approx(want_logdet, rel=1e-12)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12 * np.max(np.abs(want)))
