@@ -29,7 +29,7 @@ from numba import njit
 
 from hierbandit.stats.arm_likelihood import GIVEN, INTEGRATED, arm_loglik, arm_stats
 
-__all__ = ["BLOCK", "compile_collapsed", "kernel_data", "logp_and_grad"]
+__all__ = ["BLOCK", "compile_collapsed", "expand", "kernel_data", "logp_and_grad", "n_params"]
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _LOG_2PI = float(np.log(2.0 * np.pi))

@@ -127,11 +127,141 @@ def _function(d: int) -> list[str]:
     return lines
 
 
+def _draws_pass1(d: int) -> list[str]:
+    """The lines of ``draws_blocks_{d}``: the per-cell blocks of the exact conditional draws
+    (:func:`hierbandit.stats.kernels.conditional_draws_soa`, the same formulas: S_j =
+    LrᵀG_jLr + σ²I = R_jR_jᵀ, W_j = Lr R_j⁻ᵀ, C̃_j = W_jW_jᵀ, M_j⁻¹ = W_jR_j⁻¹Lr⁻¹), with the
+    sums P += M_j⁻ᵀG_j and r += M_j⁻ᵀb_j."""
+    npr = d * (d + 1) // 2
+    lines = [
+        "@njit(**_JIT)",
+        f"def draws_blocks_{d}(D, Lr, Li, s2, P, r, CM):  # pragma: no cover - compiled",
+        f'    """The cells\' blocks of the conditional draws for d = {d}: C̃_j (lower triangle)'
+        " and M_j⁻¹ (row by row) into ``CM`` (d(d+1)/2 + d², N), M_j⁻ᵀG_j and M_j⁻ᵀb_j added"
+        ' to ``P`` and ``r``; False if some S_j is not numerically positive definite."""',
+        "    N = D.shape[1]",
+    ]
+    add = lines.append
+    for i in range(d):
+        for k in range(i + 1):
+            add(f"    l{i}{k} = Lr[{i}, {k}]")
+            add(f"    n{i}{k} = Li[{i}, {k}]")
+    for i in range(d):
+        add(f"    r{i} = 0.0")
+        for k in range(d):
+            add(f"    p{i}{k} = 0.0")
+    add("    ok = True")
+    add("    for j in range(N):")
+    ind = "        "
+    g = {(a, c): f"g{max(a, c)}{min(a, c)}" for a in range(d) for c in range(d)}
+    for a in range(d):
+        for c in range(a + 1):
+            add(f"{ind}g{a}{c} = D[{_pair(a, c)}, j]")
+    for a in range(d):
+        add(f"{ind}b{a} = D[{npr + a}, j]")
+    # Wg = G Lr, K = Lrᵀ Wg (lower) + σ²I, R = chol(K)
+    for i in range(d):
+        for k in range(i + 1):  # only the rows m ≥ k of G Lr enter Lrᵀ(G Lr)'s lower triangle
+            add(f"{ind}e{i}_{k} = " + " + ".join(f"{g[i, m]} * l{m}{k}" for m in range(k, d)))
+    for i in range(d):
+        for k in range(i + 1):
+            expr = " + ".join(f"l{m}{i} * e{m}_{k}" for m in range(i, d))
+            if i == k:
+                expr += " + s2"
+            expr += "".join(f" - c{i}{m} * c{k}{m}" for m in range(k))
+            if i == k:
+                add(f"{ind}t{i} = {expr}")
+                add(f"{ind}ok &= t{i} > 0.0")
+                add(f"{ind}c{i}{i} = np.sqrt(t{i})")
+                add(f"{ind}h{i} = 1.0 / c{i}{i}")
+            else:
+                add(f"{ind}c{i}{k} = ({expr}) * h{k}")
+    # W = Lr R⁻ᵀ (full), C̃ = W Wᵀ
+    for i in range(d):
+        for k in range(d):
+            lik = f"l{i}{k}" if k <= i else "0.0"
+            expr = lik + "".join(f" - c{k}{m} * w{i}_{m}" for m in range(k))
+            add(f"{ind}w{i}_{k} = ({expr}) * h{k}")
+    for i in range(d):
+        for k in range(i + 1):
+            add(
+                f"{ind}CM[{_pair(i, k)}, j] = "
+                + " + ".join(f"w{i}_{m} * w{k}_{m}" for m in range(d))
+            )
+    # Kv = R⁻¹ Lr⁻¹ (lower), M⁻¹ = W Kv
+    for i in range(d):
+        for k in range(i + 1):
+            expr = f"n{i}{k}" + "".join(f" - c{i}{m} * v{m}_{k}" for m in range(k, i))
+            add(f"{ind}v{i}_{k} = ({expr}) * h{i}")
+    for i in range(d):
+        for k in range(d):
+            add(f"{ind}x{i}_{k} = " + " + ".join(f"w{i}_{m} * v{m}_{k}" for m in range(k, d)))
+            add(f"{ind}CM[{npr + i * d + k}, j] = x{i}_{k}")
+    for i in range(d):
+        add(f"{ind}r{i} += " + " + ".join(f"x{m}_{i} * b{m}" for m in range(d)))
+        for k in range(d):
+            add(f"{ind}p{i}{k} += " + " + ".join(f"x{m}_{i} * {g[m, k]}" for m in range(d)))
+    for i in range(d):
+        add(f"    r[{i}] += r{i}")
+        for k in range(d):
+            add(f"    P[{i}, {k}] += p{i}{k}")
+    add("    return ok")
+    return lines
+
+
+def _draws_pass2(d: int) -> list[str]:
+    """The lines of ``draws_cells_{d}``: β_j = A_jβ₀ + C̃_jb_j + chol(σ²C̃_j) z_j with
+    A_j = σ²M_j⁻¹, from the blocks of ``draws_blocks_{d}``."""
+    npr = d * (d + 1) // 2
+    lines = [
+        "@njit(**_JIT)",
+        f"def draws_cells_{d}(D, CM, s2, b0, Z, out, bad):  # pragma: no cover - compiled",
+        f'    """The instances\' draws for d = {d} into ``out`` (N, d) from the variates ``Z``'
+        " (N, d); ``bad[j]`` marks an instance whose σ²C̃_j did not factorise (its draw is"
+        ' left to the caller)."""',
+        "    N = D.shape[1]",
+    ]
+    add = lines.append
+    for i in range(d):
+        add(f"    a{i} = b0[{i}]")
+    add("    for j in range(N):")
+    ind = "        "
+    for a in range(d):
+        add(f"{ind}b{a} = D[{npr + a}, j]")
+    ct = {(a, c): f"ct{max(a, c)}{min(a, c)}" for a in range(d) for c in range(d)}
+    for a in range(d):
+        for c in range(a + 1):
+            add(f"{ind}ct{a}{c} = CM[{_pair(a, c)}, j]")
+    for i in range(d):
+        expr = " + ".join(
+            f"s2 * CM[{npr + i * d + m}, j] * a{m} + {ct[i, m]} * b{m}" for m in range(d)
+        )
+        add(f"{ind}u{i} = {expr}")
+    # chol(σ²C̃)
+    add(f"{ind}fail = False")
+    for i in range(d):
+        for k in range(i + 1):
+            expr = f"s2 * {ct[i, k]}" + "".join(f" - f{i}{m} * f{k}{m}" for m in range(k))
+            if i == k:
+                add(f"{ind}y{i} = {expr}")
+                add(f"{ind}fail |= not y{i} > 0.0")
+                add(f"{ind}f{i}{i} = np.sqrt(y{i}) if y{i} > 0.0 else 1.0")
+            else:
+                add(f"{ind}f{i}{k} = ({expr}) / f{k}{k}")
+    add(f"{ind}bad[j] = fail")
+    for i in range(d):
+        add(
+            f"{ind}out[j, {i}] = u{i} + " + " + ".join(f"f{i}{m} * Z[j, {m}]" for m in range(i + 1))
+        )
+    return lines
+
+
 def render(dmax: int = UNROLLED_MAX) -> str:
     """The module's source for d = 1..``dmax``."""
     out = [
         '"""Generated by :mod:`hierbandit.stats._arm_codegen` (do not edit): one arm\'s sums',
-        "over its cells for each small d, every matrix entry a local scalar.",
+        "over its cells and the exact conditional draws of its instances for each small d,",
+        "every matrix entry a local scalar.",
         '"""',
         "",
         "import numpy as np",
@@ -144,6 +274,8 @@ def render(dmax: int = UNROLLED_MAX) -> str:
     ]
     for d in range(1, dmax + 1):
         out += ["", *_function(d), ""]
+    for d in range(1, dmax + 1):
+        out += ["", *_draws_pass1(d), "", "", *_draws_pass2(d), ""]
     return "\n".join(out) + "\n"
 
 

@@ -29,6 +29,8 @@ from hierbandit._validation import (
     check_vector,
 )
 from hierbandit.stats import kernels as K
+from hierbandit.stats.arm_draws import UNROLLED_MAX, conditional_draws_unrolled
+from hierbandit.stats.arm_likelihood import arm_stats
 from hierbandit.stats.suffstats import suffstats
 from hierbandit.stats.threads import over_threads
 
@@ -246,7 +248,9 @@ def conditional_draws(
 
     The kernel (:func:`hierbandit.stats.kernels.conditional_draws_soa`) runs the operations of
     the instance-by-instance kernel entry by entry over arrays of instances, so that its inner
-    loops vectorise, with the same result. The draws are independent, so they are split over
+    loops vectorise, with the same result; for d ≤ 4 the same formulas run unrolled, every
+    matrix entry a local scalar (:mod:`hierbandit.stats.arm_draws`), with the same result to
+    rounding. The draws are independent, so they are split over
     ``threads`` threads (default: the cores this process may use); the result does not depend
     on the number of threads.
 
@@ -306,13 +310,19 @@ def conditional_draws(
     beta0_out = np.empty((1, S, Kn, d))
     beta_out = np.empty((1, S, Kn, N, d))
 
-    Gs = np.ascontiguousarray(np.moveaxis(G, 1, -1))  # (K, d, d, N): instances last
-    bs = np.ascontiguousarray(np.moveaxis(b, 1, -1))  # (K, d, N)
+    if d <= UNROLLED_MAX:  # the per-instance algebra unrolled (stats.arm_draws)
+        Ds = np.stack([arm_stats(G[k], b[k], np.zeros(N)) for k in range(Kn)])
+        first: tuple[np.ndarray, ...] = (Ds,)
+        kernel = conditional_draws_unrolled
+    else:
+        Gs = np.ascontiguousarray(np.moveaxis(G, 1, -1))  # (K, d, d, N): instances last
+        bs = np.ascontiguousarray(np.moveaxis(b, 1, -1))  # (K, d, N)
+        first = (Gs, bs)
+        kernel = K.conditional_draws_soa
 
     def draw(lo: int, hi: int, z0s: np.ndarray, Zs: np.ndarray) -> None:
-        K.conditional_draws_soa(
-            Gs,
-            bs,
+        kernel(
+            *first,
             G,
             b,
             arr["Sigma"][:, lo:hi],
