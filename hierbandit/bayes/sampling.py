@@ -20,6 +20,11 @@ names (``max_tree_depth``, ``dense_mass``), and nutpie gets a thread per chain.
   ``record.remaining``), which the command renders; it prints nothing.
 * nutpie's ``compile_pymc_model`` and ``sample`` (JAX backend) without ``pm.sample``.
 
+``driver="kernel"`` runs nutpie on the collapsed model's log density and gradient compiled by
+the package (:mod:`hierbandit.bayes.compiled`: a C function nutpie's Rust sampler calls without
+Python or the GIL), with PyMC's progress bar for nutpie; it is the default of a collapsed
+full-Bayes fit (``fit.FIT_SAMPLER``; docs/decisions/bayes.md, B18).
+
 Every route returns an ArviZ ``DataTree`` with ``posterior`` (the model's ``trace_vars``, with
 its dims and coords) and ``sample_stats`` under ArviZ's names (``diverging``, ``lp``,
 ``tree_depth``, ``energy``, ``step_size``, ``acceptance_rate``, ``n_steps``). Why the default is

@@ -423,7 +423,8 @@ def _profiled(
     with np.errstate(over="ignore"):  # a line search's far trial point: refused below
         L, sigma2 = _unpack(theta, d)
     beta0 = np.zeros(d)
-    if not (sigma2 * sigma2 > 0.0 and np.isfinite(sigma2) and np.all(np.isfinite(L))):  # σ⁴ underflowed: the kernel divides by σ² and σ⁴
+    # σ⁴ underflowed (the kernel divides by σ² and σ⁴), or θ overflowed
+    if not (sigma2 * sigma2 > 0.0 and np.isfinite(sigma2) and np.all(np.isfinite(L))):
         return -np.inf, np.full(theta.shape, np.nan), beta0 * np.nan, np.nan
     gS = np.empty((d, d))
     ll, s2_dsig = arm_loglik(D, T, L, sigma2, lam, PROFILED, beta0, _BLOCK, gS, np.empty(d))
