@@ -192,7 +192,7 @@ def logp_and_grad(x, buf, grad):  # pragma: no cover - compiled
             Wm[i, i] = np.sqrt(1.0 - acc)
             for j in range(i + 1):
                 L[i, j] = sd[i] * Wm[i, j]
-        ll, s2_dll = arm_loglik(stats[k], buf[o_T + k], L, s2, lam, mode, beta0, nb_max, gS, gb0)
+        ll, s2_dll, _ = arm_loglik(stats[k], buf[o_T + k], L, s2, lam, mode, beta0, nb_max, gS, gb0)
         logp += ll
         grad[ox_sig + k] += 2.0 * s2_dll
         if not collapsed:

@@ -252,10 +252,12 @@ def arm_loglik(D, T, L, s2, lam, mode, beta0, block, gS, gbeta0):  # pragma: no 
     σ² = ``s2``, ``lam`` = λ, ``block`` cells per block of the generic kernel
     (:func:`arm_sums`; d ≤ 4 runs its unrolled variant, :mod:`hierbandit.stats._arm_codegen`,
     the same sums to rounding). ``mode``: :data:`INTEGRATED` (β₀
-    integrated out under N(0, λ⁻¹I)), :data:`GIVEN` (β₀ = ``beta0``; ∂ℓ/∂β₀ goes to
-    ``gbeta0``) or :data:`PROFILED` (β₀ = β̂₀, written to ``beta0``; the caller subtracts
-    the penalty (λ/2)‖β̂₀‖²). Returns ``(ll, s2_dll_ds2)``; a non-finite value means a d×d
-    system failed (P_λ not positive definite, or non-finite input).
+    integrated out under N(0, λ⁻¹I); with λ = 0 the restricted likelihood, without the
+    constant (d/2) log λ; β̂₀ = P_λ⁻¹r is written to ``beta0``), :data:`GIVEN` (β₀ =
+    ``beta0``; ∂ℓ/∂β₀ goes to ``gbeta0``) or :data:`PROFILED` (β₀ = β̂₀, written to ``beta0``;
+    the caller subtracts the penalty (λ/2)‖β̂₀‖²). Returns ``(ll, s2_dll_ds2, logdetP)``,
+    logdetP = log|P_λ| (0 with β₀ given); a non-finite value means a d×d system failed (P_λ
+    not positive definite, or non-finite input).
     """
     d = L.shape[0]
     npr = d * (d + 1) // 2
@@ -340,9 +342,11 @@ def arm_loglik(D, T, L, s2, lam, mode, beta0, block, gS, gbeta0):  # pragma: no 
             trS += S[i, i]
             mm += m[i] * m[i]
         for i in range(d):
+            beta0[i] = m[i]
             for k in range(d):
                 Q[i, k] = m[i] * m[k] + S[i, k]
-        ll = base + 0.5 * rm - 0.5 * logdetP + 0.5 * d * np.log(lam)
+        # with λ = 0 the constant (d/2) log λ is left out: the restricted likelihood (REML)
+        ll = base + 0.5 * rm - 0.5 * logdetP + (0.5 * d * np.log(lam) if lam > 0.0 else 0.0)
         scale_term = 0.5 * (yvy - rm - T) + 0.5 * d - 0.5 * lam * (mm + trS)
     else:
         if mode == PROFILED:
@@ -390,4 +394,4 @@ def arm_loglik(D, T, L, s2, lam, mode, beta0, block, gS, gbeta0):  # pragma: no 
             for c in range(min(a, b_) + 1):
                 sab += L[a, c] * L[b_, c]
             trGS += gS[a, b_] * sab
-    return ll, scale_term - trGS
+    return ll, scale_term - trGS, logdetP

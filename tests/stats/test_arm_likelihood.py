@@ -15,7 +15,8 @@ from hierbandit.stats.arm_likelihood import (
     arm_loglik,
     arm_stats,
 )
-from hierbandit.stats.marginal import _loglik_kernel
+from hierbandit.stats.marginal import _check_stats, _profiled
+from hierbandit.stats.marginal import _run as _scalar_run
 from hierbandit.stats.suffstats import suffstats
 
 
@@ -42,7 +43,7 @@ def _run(s, L, s2, lam, mode, beta0=None, block=64):
     b0 = np.zeros(d) if beta0 is None else np.array(beta0, dtype=float)
     gS, gb = np.full((d, d), np.nan), np.full(d, np.nan)
     D = arm_stats(s.G, s.b, s.q)
-    ll, s2_ds2 = arm_loglik(D, float(s.n.sum()), L, s2, lam, mode, b0, block, gS, gb)
+    ll, s2_ds2, _ = arm_loglik(D, float(s.n.sum()), L, s2, lam, mode, b0, block, gS, gb)
     return ll, s2_ds2, gS, gb, b0
 
 
@@ -61,10 +62,8 @@ def test_given_and_profiled_shared_mean_match_the_scalar_kernel(N, d, rows, bloc
     for mode, profile in ((GIVEN, False), (PROFILED, True)):
         beta0 = rng.normal(size=d)
         ref_b0 = beta0.copy()
-        Ct, P, r, gS_ref = np.empty((N, d, d)), np.empty((d, d)), np.empty(d), np.empty((d, d))
-        status, ll_ref, _, ds_ref = _loglik_kernel(
-            s.G, s.b, s.q, s.n, L, s2, lam, profile, True, ref_b0, Ct, P, r, gS_ref
-        )
+        st = _check_stats(s.G, s.b, s.q, s.n)
+        status, ll_ref, _, ds_ref, _, _, gS_ref = _scalar_run(st, L, s2, lam, profile, True, ref_b0)
         assert status == 0
         ll, s2_ds2, gS, gb, b0 = _run(s, L, s2, lam, mode, beta0, block)
         assert ll == pytest.approx(ll_ref, rel=1e-12)
@@ -159,3 +158,30 @@ def test_the_unrolled_sums_are_the_generic_kernels(d):
         got_logdet = unrolled(D, L, s2, got)
         assert got_logdet == pytest.approx(want_logdet, rel=1e-12)
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12 * np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3])
+def test_the_collapsed_objective_of_type2_ml_and_its_gradient(lam):
+    """``_profiled(..., collapse=True)``: the collapsed likelihood less (d/2) log λ (with λ = 0
+    the restricted likelihood), its gradient by central differences, β̂₀ = P⁻¹r and ℓ(β̂₀)."""
+    from hierbandit.stats.marginal import _pack
+
+    rng = np.random.default_rng(21)
+    s = _stats(rng, 40, 3, 6)
+    st = _check_stats(s.G, s.b, s.q, s.n)
+    L, s2 = _L(rng, 3), 0.9
+    theta = _pack(L, s2)
+    f, g, b0, ll = _profiled(theta, st, lam, True)
+    _, _, prof_b0, prof_ll = _profiled(theta, st, lam)
+    np.testing.assert_allclose(b0, prof_b0, rtol=1e-10, atol=1e-12)  # the same β̂₀
+    assert ll == pytest.approx(prof_ll, rel=1e-10)  # and ℓ(β̂₀)
+    if lam > 0:
+        want = collapsed_loglik(s.G, s.b, s.q, s.n, L @ L.T, s2, lam) - 1.5 * np.log(lam)
+        assert f == pytest.approx(want, rel=1e-11)
+    h = 1e-6
+    fd = [
+        (_profiled(theta + h * e, st, lam, True)[0] - _profiled(theta - h * e, st, lam, True)[0])
+        / (2 * h)
+        for e in np.eye(theta.size)
+    ]
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))

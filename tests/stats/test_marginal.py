@@ -168,14 +168,6 @@ def test_empty_arm_and_empty_instance_contribute_zero(rng):
 # ----------------------------------------------------------------- profiling and gradients
 
 
-def _prof(theta, st, lam):
-    """The profiled objective of ``fit_type2_ml`` on the statistics ``st``."""
-    from hierbandit.stats.arm_likelihood import arm_stats
-
-    D = arm_stats(st.G, st.b, st.q)
-    return _profiled(theta, D, float(st.n.sum()), lam, st.b.shape[1])
-
-
 @pytest.mark.parametrize("lam", [0.0, 0.3])
 def test_profiled_shared_mean_is_the_maximiser(rng, lam):
     sigma2 = 0.7
@@ -183,7 +175,7 @@ def test_profiled_shared_mean_is_the_maximiser(rng, lam):
     d = s.b.shape[1]
     Sigma = _hyper(rng, d, "spd")
     st = _check_stats(s.G, s.b, s.q, s.n)
-    f, _, beta_hat, ll = _prof(_pack(np.linalg.cholesky(Sigma), sigma2), st, lam)
+    f, _, beta_hat, ll = _profiled(_pack(np.linalg.cholesky(Sigma), sigma2), st, lam)
 
     def objective(beta0):
         return marginal_loglik(s.G, s.b, s.q, s.n, beta0, Sigma, sigma2) - 0.5 * lam * beta0 @ beta0
@@ -213,11 +205,11 @@ def test_analytic_gradient_matches_finite_differences(rng, lam, sigma2):
     st = _check_stats(s.G, s.b, s.q, s.n)
     L = np.linalg.cholesky(_hyper(rng, d, "spd"))
     theta = _pack(L, sigma2) + 0.1 * rng.normal(size=d * (d + 1) // 2 + 1)
-    _, g, _, _ = _prof(theta, st, lam)
+    _, g, _, _ = _profiled(theta, st, lam)
     h = 1e-6
     fd = np.array(
         [
-            (_prof(theta + h * e, st, lam)[0] - _prof(theta - h * e, st, lam)[0]) / (2 * h)
+            (_profiled(theta + h * e, st, lam)[0] - _profiled(theta - h * e, st, lam)[0]) / (2 * h)
             for e in np.eye(theta.size)
         ]
     )
