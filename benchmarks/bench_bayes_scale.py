@@ -7,12 +7,16 @@ normal features) and about ``rows_per_cell`` rows per (instance, arm): β_{k0} ~
 * the time of ``read_log`` on the DataFrame, then of ``fit_prior(log, method="eb")`` and
   ``fit_prior(log, method="ml")`` (the first fit of the process: loading the compiled kernels
   included);
-* the cost of one gradient of the collapsed model's log density (JAX, compiled; median of
-  repeated calls after the first) for each way of writing its algebra (``"batched"``, ``"soa"``),
-  and the same per instance, to show how the cost grows with N;
+* the cost of one gradient of the collapsed model's log density (median of repeated calls
+  after the first): JAX-compiled for each way of writing its algebra in PyMC (``"batched"``,
+  ``"soa"``), and the package's compiled kernel (``bayes.compiled``, one thread, value and
+  gradient), and the same per instance, to show how the cost grows with N;
 * with ``--mcmc N1,N2``, the wall time of the default full-Bayes fit at those N (2 chains ×
-  1,000 draws), with its smallest bulk and tail ESS over Σ and σ, max R-hat and divergences,
-  and the share of the wall time spent sampling;
+  1,000 draws after 400 tuning steps), with its smallest bulk and tail ESS over Σ and σ, max
+  R-hat, divergences and steps per draw, and where the wall time went: sampling (compilation
+  included), the exact conditional draws of the coefficients and the pointwise
+  log-likelihood; ``--drivers kernel,pymc`` runs each listed route (``driver=``) in turn
+  (default: the fit's own, ``kernel``);
 * with ``--uncollapsed N``, the same for PyMC's default on the plain (uncollapsed) model at that
   N, the yardstick of the collapsed model's speed-up;
 * with ``--statsmodels N``, type-II ML against statsmodels ``MixedLM(reml=False)`` (random
@@ -24,8 +28,8 @@ few triangular solves, forward and backward), a few hundred flops each, i.e. abo
 ``N · K · 2,000`` flops, well under a millisecond at N = 1,000 on one core.
 
 Run: ``.venv/bin/python benchmarks/bench_bayes_scale.py [--n 100,1000,10000]
-[--rows-per-cell 10] [--mcmc 100,1000,10000] [--uncollapsed 100] [--statsmodels 10000]
-[--sm-rows 50]``.
+[--rows-per-cell 10] [--mcmc 100,1000,10000] [--drivers kernel,pymc] [--uncollapsed 100]
+[--statsmodels 10000] [--sm-rows 50]``.
 """
 
 from __future__ import annotations
@@ -78,19 +82,40 @@ def gradient_cost(log, algebra: str, repeats: int = 50) -> float:
     return float(np.median(times))
 
 
+def kernel_cost(log, repeats: int = 50) -> float:
+    """Median seconds of one call of the compiled kernel (log density and gradient)."""
+    from hierbandit.bayes import compiled
+    from hierbandit.bayes.models import collapsed_model
+
+    model = collapsed_model(log)
+    buf = compiled.kernel_data(model)
+    x = 0.1 * np.random.default_rng(0).normal(size=int(buf[compiled._H_NDIM]))
+    grad = np.empty_like(x)
+    compiled.logp_and_grad(x, buf, grad)  # compile or load
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        compiled.logp_and_grad(x, buf, grad)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", default="100,1000,10000")
     parser.add_argument("--rows-per-cell", type=int, default=10)
     parser.add_argument("--mcmc", default="", help="N values at which to run the full-Bayes fit")
+    parser.add_argument("--drivers", default="kernel", help="routes of the full-Bayes fit")
     parser.add_argument("--uncollapsed", default="", help="N values for the uncollapsed model")
     parser.add_argument("--statsmodels", default="", help="N values for ML vs MixedLM")
     parser.add_argument("--sm-rows", type=int, default=50, help="rows per instance (MixedLM)")
     args = parser.parse_args()
+    from hierbandit._numba_cache import configure_numba_cache
     from hierbandit.bayes import fit_prior
     from hierbandit.bayes._devices import configure_jax_once
     from hierbandit.data import read_log
 
+    configure_numba_cache()  # as the command does: compiled kernels keyed by their sources
     configure_jax_once()
     rows = []
     for n in _sizes(args.n):
@@ -106,6 +131,9 @@ def main() -> None:
             cost = gradient_cost(log, algebra)
             row[f"grad {algebra} ms"] = 1e3 * cost
             row[f"grad {algebra} µs/instance"] = 1e6 * cost / n
+        cost = kernel_cost(log)
+        row["grad kernel ms"] = 1e3 * cost
+        row["grad kernel µs/instance"] = 1e6 * cost / n
         rows.append(row)
         print(pd.DataFrame([row]).to_string(index=False, float_format="%.3g"), flush=True)
     if rows:
@@ -113,7 +141,8 @@ def main() -> None:
         print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
     for n in _sizes(args.mcmc):
         log = read_log(synthetic_frame(n, args.rows_per_cell))
-        _mcmc(log, f"mcmc N={n}", {})
+        for driver in [v for v in args.drivers.split(",") if v]:
+            _mcmc(log, f"mcmc N={n} driver={driver}", {"driver": driver})
     for n in _sizes(args.uncollapsed):
         log = read_log(synthetic_frame(n, args.rows_per_cell))
         _mcmc(log, f"uncollapsed (PyMC default route) N={n}", {"collapsed": False})
@@ -126,31 +155,48 @@ def _sizes(text: str) -> list[int]:
 
 
 def _mcmc(log, label: str, options: dict) -> None:
-    """Time a default full-Bayes fit and print its diagnostics of Σ and σ."""
-    from hierbandit.bayes import diagnose, fit_prior, sampling
+    """Time a default full-Bayes fit, where its time went, and its diagnostics of Σ and σ."""
+    from hierbandit.bayes import diagnose, fit_prior, models, sampling
 
-    spent = {}
-    sample = sampling.sample
+    spent: dict[str, float] = {}
 
-    def timed(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return sample(*args, **kwargs)
-        finally:
-            spent["sample"] = time.perf_counter() - t0
+    def timed(module, name, key):
+        inner = getattr(module, name)
 
-    sampling.sample = timed  # fit_prior imports it from the module at call time
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[key] = time.perf_counter() - t0
+
+        return inner, run
+
+    # fit_prior imports these from their modules at call time
+    patched = [
+        (sampling, "sample", "sampling"),
+        (models, "add_conditional_draws", "exact draws"),
+        (models, "add_model_checks", "log-likelihood"),
+    ]
+    originals = []
+    for module, name, key in patched:
+        inner, run = timed(module, name, key)
+        originals.append((module, name, inner))
+        setattr(module, name, run)
     try:
         t0 = time.perf_counter()
         prior = fit_prior(log, method="mcmc", progressbar=False, **options)
         wall = time.perf_counter() - t0
     finally:
-        sampling.sample = sample
+        for module, name, inner in originals:
+            setattr(module, name, inner)
     diag = diagnose(prior, var_names=["Sigma", "sigma"], warn=False)
+    steps = float(prior.idata.sample_stats["n_steps"].mean())
+    parts = ", ".join(f"{v:.1f} s {k}" for k, v in spent.items())
     print(
-        f"{label}: {wall:.1f} s ({spent.get('sample', float('nan')):.1f} s sampling, compile "
-        f"included), min bulk ESS {diag.min_ess_bulk:.0f}, min tail ESS "
-        f"{diag.min_ess_tail:.0f}, max R-hat {diag.max_rhat:.3f}, {diag.divergences} divergences",
+        f"{label}: {wall:.1f} s ({parts}; compile included), min bulk ESS "
+        f"{diag.min_ess_bulk:.0f}, min tail ESS {diag.min_ess_tail:.0f}, max R-hat "
+        f"{diag.max_rhat:.3f}, {diag.divergences} divergences, {steps:.2f} steps per draw",
         flush=True,
     )
 

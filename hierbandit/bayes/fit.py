@@ -14,9 +14,10 @@ DataFrame) is reduced to a :class:`~hierbandit.data.LogSummary` by Dask
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +45,13 @@ METHODS = ("eb", "ml", "mcmc")
 #: The package's folder: the warnings of a fit point at the first frame outside it.
 _PACKAGE_DIR = str(Path(__file__).parent.parent) + os.sep
 
-#: NUTS settings of a collapsed full-Bayes fit unless given: ``SamplerConfig()`` with nutpie's
-#: own defaults for the warm-up (400 steps) and the target acceptance rate (0.8). The collapsed
-#: model has d(d+1)/2 + 1 parameters per arm and no funnel: from N = 10 to 10,000 instances its
-#: diagnostics are as good as with 1,000 steps and 0.9 or better, for a third less time at
-#: N = 1,000 and 10,000 (B15)
-FIT_SAMPLER = SamplerConfig(tune=400, target_accept=0.8)
+#: NUTS settings of a collapsed full-Bayes fit unless given: nutpie on the model's compiled log
+#: density and gradient (``driver="kernel"``, :mod:`hierbandit.bayes.compiled`; B18), with
+#: nutpie's own defaults for the warm-up (400 steps) and the target acceptance rate (0.8). The
+#: collapsed model has d(d+1)/2 + 1 parameters per arm and no funnel: from N = 10 to 10,000
+#: instances its diagnostics are as good as with 1,000 steps and 0.9 or better, for a third
+#: less time at N = 1,000 and 10,000 (B15)
+FIT_SAMPLER = SamplerConfig(tune=400, target_accept=0.8, driver="kernel")
 
 #: Rewards whose least-squares residual on the features is below this fraction of their own size
 #: (root sum of squares) count as an exact linear function of the features.
@@ -399,6 +401,26 @@ def _fit_mcmc(
     )
 
 
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """Run the block with the BLAS libraries NumPy and SciPy load limited to one thread each,
+    and restore their settings after it (``threadpoolctl``; nothing when it is missing).
+
+    A fit's linear algebra is on small matrices (the quasi-Newton steps of type-II ML, d×d
+    factors), where waking a BLAS thread costs more than the work: SciPy's L-BFGS-B took
+    4.7 ms a step with OpenBLAS's two threads on a loaded two-core machine and a few µs with
+    one, and the ML fit at 10⁶ rows 3.7 s against 1.6 s (B18). The package's own kernels
+    choose their threads themselves.
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - installed with PyMC
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 def _is_directory(data: Any) -> bool:
     """A path to a directory (of Parquet files); a path the OS cannot even look at is not."""
     if not isinstance(data, str | os.PathLike):
@@ -495,13 +517,17 @@ def fit_prior(
     sampler : SamplerConfig, optional
         NUTS settings of ``method="mcmc"``: by default :data:`FIT_SAMPLER` for the collapsed
         model (2 chains × 1,000 draws after 400 tuning steps, ``target_accept=0.8``: nutpie's
-        own defaults; seed 0, ``pm.sample`` with nutpie; B15 in ``docs/decisions/bayes.md``)
-        and ``SamplerConfig()`` (1,000 tuning steps, ``target_accept=0.9``) for
-        ``collapsed=False``.
+        own defaults; seed 0; nutpie on the model's compiled log density, ``driver="kernel"``;
+        B15 and B18 in ``docs/decisions/bayes.md``) and ``SamplerConfig()`` (1,000 tuning
+        steps, ``target_accept=0.9``, ``pm.sample`` with nutpie) for ``collapsed=False``.
+        ``driver="pymc"`` samples the collapsed model with ``pm.sample`` and nutpie compiled
+        by JAX, the default before B18.
     draws, tune, chains, target_accept, random_seed, nuts_sampler, progressbar, **sampler_kwargs
         Replace the matching fields of ``sampler`` when given; further keyword arguments are
-        backend options (``SamplerConfig.options``). ``random_seed`` (default 0, or the
-        ``sampler``'s) also seeds the cross-validation of ``method="eb"``.
+        backend options (``SamplerConfig.options``) or ``driver``. A ``nuts_sampler`` other
+        than nutpie, given without a ``driver``, runs through ``pm.sample``.
+        ``random_seed`` (default 0, or the ``sampler``'s) also seeds the cross-validation of
+        ``method="eb"``.
     scheduler : None, str or distributed.Client
         Only used for out-of-core input (a directory or a Dask DataFrame), ignored otherwise:
         ``None`` (default) starts a local Dask cluster for the call (one worker process per
@@ -551,8 +577,67 @@ def fit_prior(
     statistics and fitted from rows. The provenance records the summary's ``data_hash``, a hash
     of the rows that does not depend on their order or partitioning (it differs from the hash
     of the same log read in memory, which depends on the order of the rows).
+
+    While it runs, the BLAS libraries of NumPy and SciPy use one thread each (their settings
+    are restored afterwards): a fit's linear algebra is on small matrices, where a second BLAS
+    thread costs more than it brings (B18 in ``docs/decisions/bayes.md``).
     """
     method = check_choice(method, METHODS, "method")
+    with _one_blas_thread():
+        return _fit_prior(
+            data,
+            instance=instance,
+            arm=arm,
+            reward=reward,
+            features=features,
+            method=method,
+            lam=lam,
+            eb_options=eb_options,
+            ml_tol=ml_tol,
+            hyper=hyper,
+            collapsed=collapsed,
+            collapse_shared_mean=collapse_shared_mean,
+            posterior_predictive=posterior_predictive,
+            sampler=sampler,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            target_accept=target_accept,
+            random_seed=random_seed,
+            nuts_sampler=nuts_sampler,
+            progressbar=progressbar,
+            scheduler=scheduler,
+            sampler_kwargs=sampler_kwargs,
+        )
+
+
+def _fit_prior(
+    data: Any,
+    *,
+    instance: str,
+    arm: str | None,
+    reward: str,
+    features: Any,
+    method: str,
+    lam: float | None,
+    eb_options: EBOptions | None,
+    ml_tol: float,
+    hyper: Any,
+    collapsed: bool,
+    collapse_shared_mean: bool,
+    posterior_predictive: bool,
+    sampler: SamplerConfig | None,
+    draws: int | None,
+    tune: int | None,
+    chains: int | None,
+    target_accept: float | None,
+    random_seed: int | None,
+    nuts_sampler: str | None,
+    progressbar: bool | None,
+    scheduler: Any,
+    sampler_kwargs: dict[str, Any],
+) -> HierarchicalPrior:
+    """:func:`fit_prior` after its method is checked, with one BLAS thread."""
     log = _read_data(
         data, instance=instance, arm=arm, reward=reward, features=features, scheduler=scheduler
     )
@@ -588,9 +673,13 @@ def fit_prior(
         return _fit_ml(log, lam, check_scalar(ml_tol, "ml_tol", low=0.0, low_inclusive=False))
     check_rows(log, per_arm=1, method="mcmc")
     check_vary(log)
+    default = FIT_SAMPLER if collapsed else SamplerConfig()
+    if nuts_sampler not in (None, "nutpie") and "driver" not in sampler_kwargs:
+        # the compiled kernel runs on nutpie; another backend goes through pm.sample
+        default = default.override(driver="pymc")
     config = resolve_sampler(
         sampler,
-        FIT_SAMPLER if collapsed else SamplerConfig(),
+        default,
         extra=sampler_kwargs,
         draws=draws,
         tune=tune,

@@ -136,7 +136,10 @@ def _lkj_cholesky(Kn: int, d: int, hyper: HyperPriors) -> tuple[dict, pt.TensorV
     sd σ (K,).
     """
     pairs = _cpc_pairs(d)
-    sd = pm.HalfNormal("Sigma_sd", hyper.sd_scale, dims=("arm", "feature"))
+    # the scales as float64 scalars: PyTensor makes a Python float that float32 represents
+    # exactly (2.5) a float32 constant, and its logarithm in the prior's normalising constant
+    # would then be rounded to float32 (an offset of 3e-8 per coordinate)
+    sd = pm.HalfNormal("Sigma_sd", np.float64(hyper.sd_scale), dims=("arm", "feature"))
     z = pt.zeros((Kn, 0))
     if pairs:
         alpha = np.array([hyper.lkj_eta + (d - j - 2) / 2.0 for _, j in pairs])
@@ -148,7 +151,7 @@ def _lkj_cholesky(Kn: int, d: int, hyper: HyperPriors) -> tuple[dict, pt.TensorV
         axis=-2,
     )
     pm.Deterministic("Sigma", pt.matmul(Lmat, matT(Lmat)), dims=("arm", "feature", "feature_"))
-    sigma = pm.HalfNormal("sigma", hyper.noise_scale, dims="arm")
+    sigma = pm.HalfNormal("sigma", np.float64(hyper.noise_scale), dims="arm")
     return L, Lmat, sigma
 
 
@@ -318,7 +321,7 @@ def collapsed_model(
         Ld, L, sigma = _lkj_cholesky(Kn, d, hyper)
         beta0 = None
         if not collapse_shared_mean:
-            beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
+            beta0 = pm.Normal("beta0", 0.0, np.float64(hyper.lam**-0.5), dims=("arm", "feature"))
         if soa:
             ll = _collapsed_soa(data, Ld, sigma**2, hyper.lam, beta0)
         else:
@@ -355,7 +358,7 @@ def uncollapsed_model(log: Any, *, hyper: HyperPriors | None = None) -> pm.Model
     Kn, d = log.n_arms, log.n_features
     with pm.Model(coords=model_coords(log)) as model:
         _, L, sigma = _lkj_cholesky(Kn, d, hyper)
-        beta0 = pm.Normal("beta0", 0.0, hyper.lam**-0.5, dims=("arm", "feature"))
+        beta0 = pm.Normal("beta0", 0.0, np.float64(hyper.lam**-0.5), dims=("arm", "feature"))
         z = pm.Normal("z", 0.0, 1.0, dims=("arm", "instance", "feature"))
         beta = pm.Deterministic(
             "beta",
@@ -432,82 +435,123 @@ def add_conditional_draws(
 
 
 # =========================================================================== model checking
-@njit(cache=True, nogil=True)
-def _instance_loglik_kernel(G, b, q, n, beta0, F, sig2, log_sig2, out):  # pragma: no cover
+#: cells per block of :func:`_instance_loglik_kernel`'s vectorised loops
+_LOGLIK_BLOCK = 128
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _instance_loglik_kernel(Gs, bs, q, n, beta0, F, sig2, log_sig2, out):  # pragma: no cover
     """out[s, j] = Σ_k log N(y_kj; X_kjβ_k0[s], X_kjΣ_k[s]X_kjᵀ + σ_k²[s]I) from sufficient
-    statistics: G (K, N, d, d), b (K, N, d), q (K, N), n (K, N); per draw s: β₀ (S, K, d), any
-    factor F (S, K, d, d) with FFᵀ = Σ, σ² and log σ² (S, K). With K_j = FᵀG_jF + σ²I = RRᵀ,
-    c = b − Gβ₀ and e = q − β₀ᵀ(b + c) = ‖y − Xβ₀‖²:
+    statistics with the instance axis last: Gs (K, d, d, N), bs (K, d, N), q (K, N), n (K, N);
+    per draw s: β₀ (S, K, d), any factor F (S, K, d, d) with FFᵀ = Σ, σ² and log σ² (S, K).
+    With K_j = FᵀG_jF + σ²I = RRᵀ, c = b − Gβ₀ and e = q − β₀ᵀ(b + c) = ‖y − Xβ₀‖²:
     log|V| = (n − d) log σ² + log|K_j| and (y − Xβ₀)ᵀV⁻¹(y − Xβ₀) = (e − ‖R⁻¹Fᵀc‖²)/σ².
-    A cell without rows contributes 0; a K_j that is not numerically positive definite gives NaN.
+
+    The cells are processed in blocks of instances, every entry of every d×d matrix a vector
+    over the block (structure of arrays), so that the inner loops vectorise. A cell without rows
+    contributes exactly 0; a K_j that is not numerically positive definite gives NaN.
     """
     S, Kn = sig2.shape
-    N, d = b.shape[1], b.shape[2]
-    GF = np.empty((d, d))
-    R = np.empty((d, d))
-    c = np.empty(d)
-    v = np.empty(d)
+    d, N = bs.shape[1], bs.shape[2]
+    nb_max = min(_LOGLIK_BLOCK, max(N, 1))
+    GF = np.empty((d, d, nb_max))
+    R = np.empty((d, d, nb_max))
+    ir = np.empty((d, nb_max))
+    c = np.empty((d, nb_max))
+    v = np.empty((d, nb_max))
+    e = np.empty(nb_max)
+    det = np.empty(nb_max)
+    bad = np.empty(nb_max, dtype=np.bool_)
+    log2pi = _LOG_2PI
     for s in range(S):
         for j in range(N):
             out[s, j] = 0.0
         for k in range(Kn):
             s2 = sig2[s, k]
-            for j in range(N):
-                nj = n[k, j]
-                if nj == 0:
-                    continue
+            inv_s2 = 1.0 / s2
+            ls2 = log_sig2[s, k]
+            Fk = F[s, k]
+            b0 = beta0[s, k]
+            for j0 in range(0, N, nb_max):
+                nb = min(nb_max, N - j0)
+                # GF = G F
                 for i in range(d):
                     for m in range(d):
-                        t = 0.0
+                        for t in range(nb):
+                            GF[i, m, t] = 0.0
                         for a in range(d):
-                            t += G[k, j, i, a] * F[s, k, a, m]
-                        GF[i, m] = t
-                # R: the Cholesky factor of K_j = FᵀGF + σ²I, row by row; its determinant as the
-                # product of the pivots, folded into log_det before it leaves the float range
-                det = 1.0
-                log_det = 0.0
-                ok = True
+                            f = Fk[a, m]
+                            for t in range(nb):
+                                GF[i, m, t] += Gs[k, i, a, j0 + t] * f
+                # K = FᵀGF + σ²I (lower triangle) and its Cholesky factor R, in place
+                for t in range(nb):
+                    bad[t] = False
+                    det[t] = 1.0
                 for i in range(d):
                     for m in range(i + 1):
-                        t = s2 if i == m else 0.0
+                        for t in range(nb):
+                            R[i, m, t] = s2 if i == m else 0.0
                         for a in range(d):
-                            t += F[s, k, a, i] * GF[a, m]
+                            f = Fk[a, i]
+                            for t in range(nb):
+                                R[i, m, t] += f * GF[a, m, t]
+                for i in range(d):
+                    for m in range(i + 1):
                         for a in range(m):
-                            t -= R[i, a] * R[m, a]
+                            for t in range(nb):
+                                R[i, m, t] -= R[i, a, t] * R[m, a, t]
                         if i == m:
-                            if not t > 0.0:
-                                ok = False
-                                break
-                            R[i, i] = np.sqrt(t)
-                            det *= t
-                            if det > 1e150 or det < 1e-150:
-                                log_det += np.log(det)
-                                det = 1.0
+                            for t in range(nb):
+                                piv = R[i, i, t]
+                                bad[t] |= not piv > 0.0
+                                det[t] *= piv
+                                rv = np.sqrt(piv)
+                                R[i, i, t] = rv
+                                ir[i, t] = 1.0 / rv
                         else:
-                            R[i, m] = t / R[m, m]
-                    if not ok:
-                        break
-                if not ok:
-                    out[s, j] = np.nan
-                    continue
-                e = q[k, j]
+                            for t in range(nb):
+                                R[i, m, t] *= ir[m, t]
+                # c = b − Gβ₀, e = q − β₀ᵀ(b + c)
+                for t in range(nb):
+                    e[t] = q[k, j0 + t]
                 for i in range(d):
-                    t = b[k, j, i]
+                    for t in range(nb):
+                        c[i, t] = bs[k, i, j0 + t]
                     for a in range(d):
-                        t -= G[k, j, i, a] * beta0[s, k, a]
-                    c[i] = t
-                    e -= beta0[s, k, i] * (b[k, j, i] + t)
-                vv = 0.0
+                        ba = b0[a]
+                        for t in range(nb):
+                            c[i, t] -= Gs[k, i, a, j0 + t] * ba
+                    bi = b0[i]
+                    for t in range(nb):
+                        e[t] -= bi * (bs[k, i, j0 + t] + c[i, t])
+                # v = R⁻¹Fᵀc
                 for i in range(d):
-                    t = 0.0
+                    for t in range(nb):
+                        v[i, t] = 0.0
                     for a in range(d):
-                        t += F[s, k, a, i] * c[a]
+                        f = Fk[a, i]
+                        for t in range(nb):
+                            v[i, t] += f * c[a, t]
                     for a in range(i):
-                        t -= R[i, a] * v[a]
-                    v[i] = t / R[i, i]
-                    vv += v[i] * v[i]
-                log_v = (nj - d) * log_sig2[s, k] + log_det + np.log(det)
-                out[s, j] += -0.5 * (nj * _LOG_2PI + log_v + (e - vv) / s2)
+                        for t in range(nb):
+                            v[i, t] -= R[i, a, t] * v[a, t]
+                    for t in range(nb):
+                        v[i, t] *= ir[i, t]
+                for t in range(nb):
+                    nj = n[k, j0 + t]
+                    if nj > 0.0:
+                        vv = 0.0
+                        for i in range(d):
+                            vv += v[i, t] * v[i, t]
+                        dt = det[t]
+                        if 1e-300 < dt < 1e300:
+                            logdet = np.log(dt)
+                        else:  # the product of the pivots left the float range
+                            logdet = 0.0
+                            for i in range(d):
+                                logdet += 2.0 * np.log(R[i, i, t])
+                        val = -0.5 * (nj * log2pi + (nj - d) * ls2 + logdet + (e[t] - vv) * inv_s2)
+                        out[s, j0 + t] += np.nan if bad[t] else val
 
 
 def _psd_factors(Sigma: np.ndarray) -> np.ndarray:
@@ -538,14 +582,17 @@ def instance_loglik(stats: Any, beta0: Any, Sigma: Any, sigma: Any) -> np.ndarra
     Returns
     -------
     ndarray
-        Shape (..., N). Computed by a compiled loop over draws, arms and instances with d×d
-        algebra per cell (``docs/bayes.md`` gives its cost), the draws split over the cores
+        Shape (..., N). Computed by a compiled loop over draws and arms with the d×d algebra
+        of blocks of instances vectorised (``docs/bayes.md`` gives its cost), the draws split
+        over the cores
         (:func:`hierbandit.stats.threads.over_threads`; the same values for any split).
     """
     if hasattr(stats, "suffstats"):
         stats = stats.suffstats()
     G, b, q, n = (np.ascontiguousarray(a, dtype=float) for a in stats)
     Kn, N, d = b.shape
+    Gs = np.ascontiguousarray(np.moveaxis(G, 1, -1))  # (K, d, d, N): instances last
+    bs = np.ascontiguousarray(np.moveaxis(b, 1, -1))  # (K, d, N)
     Sigma = np.asarray(Sigma, dtype=float)
     lead = Sigma.shape[:-3]
     if Sigma.shape[-3:] != (Kn, d, d):
@@ -561,7 +608,7 @@ def instance_loglik(stats: Any, beta0: Any, Sigma: Any, sigma: Any) -> np.ndarra
 
     def work(lo: int, hi: int) -> None:  # the draws lo..hi-1 (nogil kernel: threads overlap)
         _instance_loglik_kernel(
-            G, b, q, n, beta0[lo:hi], F[lo:hi], sig2[lo:hi], log_sig2[lo:hi], out[lo:hi]
+            Gs, bs, q, n, beta0[lo:hi], F[lo:hi], sig2[lo:hi], log_sig2[lo:hi], out[lo:hi]
         )
 
     over_threads(work, S, label="pointwise log-likelihood (one per draw and instance)")

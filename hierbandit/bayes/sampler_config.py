@@ -46,8 +46,9 @@ __all__ = ["DRIVERS", "NUTS_SAMPLERS", "SamplerConfig", "available_samplers", "r
 
 #: the NUTS backends :func:`hierbandit.bayes.sample` knows (``available_samplers()``: installed)
 NUTS_SAMPLERS = ("numpyro", "pymc", "nutpie", "blackjax")
-#: ``"pymc"``: ``pm.sample``; ``"direct"``: the package's own numpyro and nutpie drivers
-DRIVERS = ("direct", "pymc")
+#: ``"pymc"``: ``pm.sample``; ``"direct"``: the package's own numpyro and nutpie drivers;
+#: ``"kernel"``: nutpie on the collapsed model's compiled log density (``bayes.compiled``)
+DRIVERS = ("direct", "pymc", "kernel")
 
 
 def available_samplers() -> list[str]:
@@ -77,13 +78,17 @@ class SamplerConfig:
         installed; checked when the sampler runs). nutpie compiles the model with JAX unless
         ``options`` choose another ``backend`` (docs/decisions/bayes.md, B10).
     progressbar : bool
-        Show PyMC's progress bar, with the time left (``pm.sample``), or nutpie's (its direct
-        driver). The direct numpyro driver reports its progress and the time left as
-        ``hierbandit.progress`` log records whatever this says (the command renders them).
-    driver : {"pymc", "direct"}
+        Show PyMC's progress bar, with the time left (``pm.sample`` and ``driver="kernel"``),
+        or nutpie's (its direct driver). The direct numpyro driver reports its progress and the
+        time left as ``hierbandit.progress`` log records whatever this says (the command
+        renders them).
+    driver : {"pymc", "direct", "kernel"}
         ``"pymc"`` runs ``pm.sample``; ``"direct"`` runs numpyro and nutpie through the package's
         own drivers (other backends still go through ``pm.sample``). The direct numpyro driver
         is the fastest on refits of logs of one shape (docs/decisions/bayes.md, B10).
+        ``"kernel"`` runs nutpie on the collapsed model's log density and gradient compiled by
+        the package (:mod:`hierbandit.bayes.compiled`; collapsed models and nutpie only): the
+        default of a collapsed full-Bayes fit (B18).
     options : dict
         Further keyword arguments for the backend: ``dense_mass`` and ``max_tree_depth`` under
         these names for every route (translated for each backend), anything else ``pm.sample``
@@ -137,6 +142,8 @@ class SamplerConfig:
         ``"numpyro, the package's direct driver"``."""
         if self.driver == "direct" and self.nuts_sampler in ("numpyro", "nutpie"):
             return f"{self.nuts_sampler}, the package's direct driver"
+        if self.driver == "kernel":
+            return f"{self.nuts_sampler} on the compiled log density"
         return f"{self.nuts_sampler} through pm.sample"
 
     def record(self) -> dict[str, Any]:

@@ -20,6 +20,11 @@ names (``max_tree_depth``, ``dense_mass``), and nutpie gets a thread per chain.
   ``record.remaining``), which the command renders; it prints nothing.
 * nutpie's ``compile_pymc_model`` and ``sample`` (JAX backend) without ``pm.sample``.
 
+``driver="kernel"`` runs nutpie on the collapsed model's log density and gradient compiled by
+the package (:mod:`hierbandit.bayes.compiled`: a C function nutpie's Rust sampler calls without
+Python or the GIL), with PyMC's progress bar for nutpie; it is the default of a collapsed
+full-Bayes fit (``fit.FIT_SAMPLER``; docs/decisions/bayes.md, B18).
+
 Every route returns an ArviZ ``DataTree`` with ``posterior`` (the model's ``trace_vars``, with
 its dims and coords) and ``sample_stats`` under ArviZ's names (``diverging``, ``lp``,
 ``tree_depth``, ``energy``, ``step_size``, ``acceptance_rate``, ``n_steps``). Why the default is
@@ -121,6 +126,23 @@ def sample(
     meta = getattr(model, "hb_meta", None)
     if var_names is None and meta is not None:
         var_names = list(meta["trace_vars"])
+    if cfg.driver == "kernel":
+        if cfg.nuts_sampler != "nutpie":
+            raise ValueError(
+                f"driver='kernel' samples with nutpie, not nuts_sampler={cfg.nuts_sampler!r}; "
+                "use driver='pymc' for the other samplers"
+            )
+        return _sample_kernel(
+            model,
+            draws=cfg.draws,
+            tune=cfg.tune,
+            chains=cfg.chains,
+            target_accept=cfg.target_accept,
+            random_seed=cfg.random_seed,
+            progressbar=cfg.progressbar,
+            var_names=var_names,
+            **options,
+        )
     if cfg.driver == "direct" and cfg.nuts_sampler in ("numpyro", "nutpie"):
         run = _sample_numpyro if cfg.nuts_sampler == "numpyro" else _sample_nutpie
         return run(
@@ -518,6 +540,70 @@ def _sample_nutpie(
                 "inference_library": "nutpie",
                 "sampling_time": time.perf_counter() - start,
                 "tuning_steps": tune,
+            }
+        )
+    return idata
+
+
+def _sample_kernel(
+    model: pm.Model,
+    *,
+    draws: int,
+    tune: int,
+    chains: int,
+    target_accept: float,
+    random_seed: int,
+    progressbar: bool,
+    var_names: list[str] | None,
+    **kwargs: Any,
+) -> Any:
+    """nutpie's NUTS on the collapsed model's compiled log density and gradient
+    (:mod:`hierbandit.bayes.compiled`): nutpie's Rust sampler calls the kernel as a C function,
+    without Python or the GIL, with a thread per chain. PyMC's progress bar for nutpie shows
+    the draws and the time left, as with ``pm.sample``. The portable ``dense_mass`` and
+    ``max_tree_depth`` become nutpie's ``adaptation="low_rank"`` and ``maxdepth``; other
+    options must be ``nutpie.sample``'s (``pm.sample``'s own, such as ``backend``, belong to
+    ``driver="pymc"``)."""
+    import nutpie
+    from pymc.progress_bar import NutpieProgressBarManager
+
+    from hierbandit.bayes.compiled import compile_collapsed
+
+    _nutpie_names(kwargs)
+    misplaced = sorted(set(kwargs) & (_PM_SAMPLE_ARGS - {"cores"}))
+    if misplaced:
+        raise ValueError(
+            f"options {misplaced} are pm.sample's: use them with driver='pymc'; "
+            "driver='kernel' passes its options to nutpie.sample"
+        )
+    kwargs.setdefault("cores", min(chains, os.cpu_count() or 1))
+    # nutpie's seed as pm.sample derives it: with the same seed both routes start from the
+    # same points and run the same random streams (the gradients agree to rounding)
+    seed = int(np.random.default_rng(random_seed).spawn(chains)[0].integers(2**30))
+    start = time.perf_counter()
+    compiled = compile_collapsed(model)
+    bar = NutpieProgressBarManager(chains=chains, draws=draws, progressbar=progressbar)
+    with bar:
+        idata = nutpie.sample(
+            compiled,
+            draws=draws,
+            tune=max(tune, 1),  # nutpie needs a warm-up step (as pm.sample makes it)
+            chains=chains,
+            seed=seed,
+            target_accept=target_accept,
+            save_warmup=False,
+            progress_bar=False,
+            progress_callback=bar.update,
+            **kwargs,
+        )
+    idata = _tidy(idata, var_names)
+    for group in ("posterior", "sample_stats"):
+        idata[group].attrs.update(
+            {
+                "inference_library": "nutpie",
+                "sampling_time": time.perf_counter() - start,
+                "tuning_steps": tune,
+                "log_density": "hierbandit.bayes.compiled",
             }
         )
     return idata

@@ -369,7 +369,8 @@ def run_quickstart(
     for the full-Bayes fit and 70 s for sampling vs closed form); see the module docstring
     for the choices that keep it there.
     """
-    from hierbandit.bayes import SamplerConfig, compare_closed_form, diagnose, fit_prior
+    from hierbandit.bayes import compare_closed_form, diagnose, fit_prior
+    from hierbandit.bayes.fit import FIT_SAMPLER
     from hierbandit.data import movielens_log, read_log
     from hierbandit.data.movielens import FEATURES
     from hierbandit.ebm import EbmTS, LinTS
@@ -413,7 +414,7 @@ def run_quickstart(
         "eb": "Fitting the prior by empirical Bayes (eb)",
         "ml": "Fitting the prior by type-II maximum likelihood (ml)",
         "mcmc": (
-            f"Fitting the prior by full Bayes (mcmc: collapsed, {SamplerConfig().label()}, {chains} × "
+            f"Fitting the prior by full Bayes (mcmc: collapsed, {FIT_SAMPLER.label()}, {chains} × "
             f"{draws} draws after {tune} tuning)"
         ),
     }
@@ -547,7 +548,7 @@ def run_quickstart(
                 "random_seed": random_seed,
                 "compare_draws": compare_draws,
                 "compare_tune": compare_tune,
-                "sampler": SamplerConfig().label(),
+                "sampler": FIT_SAMPLER.label(),
             },
             "data": prov,
             "fits": {

@@ -53,12 +53,16 @@ from scipy import optimize
 from hierbandit._validation import check_covariance, check_positive_int, check_scalar, check_vector
 from hierbandit.stats import kernels as K
 from hierbandit.stats import linalg
+from hierbandit.stats.arm_likelihood import INTEGRATED, PROFILED, arm_loglik, arm_stats
 from hierbandit.stats.empirical_bayes import _check_counts, _stats_arrays
 
 __all__ = ["MLResult", "collapsed_loglik", "fit_type2_ml", "marginal_loglik"]
 
 _JIT = {"cache": True, "nogil": True}
 _LOG_2PI = float(np.log(2.0 * np.pi))
+
+#: cells per block of the vectorised likelihood (:mod:`hierbandit.stats.arm_likelihood`)
+_BLOCK = 128
 
 # kernel status codes
 _OK, _K_FAILED, _P_FAILED = 0, 1, 2
@@ -447,32 +451,50 @@ def _pack(L: np.ndarray, sigma2: float) -> np.ndarray:
 
 
 def _profiled(
-    theta: np.ndarray, st: _Stats, lam: float, collapse: bool = False
+    theta: np.ndarray,
+    st: _Stats,
+    lam: float,
+    collapse: bool = False,
+    *,
+    D: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray, np.ndarray, float]:
     """Profiled objective ℓ(β̂₀) − (λ/2)‖β̂₀‖², its gradient in θ, β̂₀ and ℓ(β̂₀).
 
     With ``collapse`` the objective is ℓ(β̂₀) − (λ/2)‖β̂₀‖² − ½log|P|, the collapsed likelihood
-    with β₀ ~ N(0, λ⁻¹I) integrated out less its constant (d/2)log λ (:func:`collapsed_loglik`).
+    with β₀ ~ N(0, λ⁻¹I) integrated out less its constant (d/2) log λ (:func:`collapsed_loglik`;
+    with λ = 0 the restricted likelihood), with the same β̂₀ = P⁻¹r and ℓ(β̂₀).
 
+    The objective and its gradient come from one vectorised pass over the instances
+    (:func:`hierbandit.stats.arm_likelihood.arm_loglik`; β₀ profiled, the envelope theorem gives
+    the gradient, module docstring; or integrated out). ``D``: the statistics in the layout of
+    :func:`~hierbandit.stats.arm_likelihood.arm_stats`, made from ``st`` when not given.
     Returns ``(-inf, nan-gradient, nan, nan)`` when a d×d system is numerically singular or σ⁴
     underflows to 0 (the likelihood of rewards fitted exactly grows without bound as σ² → 0).
     """
     d = st.b.shape[1]
-    L, sigma2 = _unpack(theta, d)
+    if D is None:
+        D = arm_stats(st.G, st.b, st.q)
+    with np.errstate(over="ignore"):  # a line search's far trial point: refused below
+        L, sigma2 = _unpack(theta, d)
     beta0 = np.zeros(d)
-    if not sigma2 * sigma2 > 0.0:  # σ⁴ underflowed: the kernel divides by σ² and σ⁴
+    # σ⁴ underflowed (the kernel divides by σ² and σ⁴), or θ overflowed
+    if not (sigma2 * sigma2 > 0.0 and np.isfinite(sigma2) and np.all(np.isfinite(L))):
         return -np.inf, np.full(theta.shape, np.nan), beta0 * np.nan, np.nan
-    status, ll, logdetP, dsig, _, _, gS = _run(st, L, sigma2, lam, True, True, beta0, collapse)
-    if status != _OK or not np.isfinite(ll):
+    gS = np.empty((d, d))
+    mode = INTEGRATED if collapse else PROFILED
+    T = float(st.n.sum())
+    ll, s2_dsig, logdetP = arm_loglik(D, T, L, sigma2, lam, mode, beta0, _BLOCK, gS, np.empty(d))
+    if not (np.isfinite(ll) and np.isfinite(s2_dsig) and np.all(np.isfinite(gS))):
         return -np.inf, np.full(theta.shape, np.nan), beta0 * np.nan, np.nan
     gL = 2.0 * gS @ L
     idx = np.arange(d)
     gL[idx, idx] *= L[idx, idx]  # ∂/∂log L_ii
-    g = np.concatenate([gL[np.tril_indices(d)], [dsig * sigma2]])
-    f = ll - 0.5 * lam * float(beta0 @ beta0)
-    if collapse:
-        f -= 0.5 * logdetP
-    return f, g, beta0, ll
+    g = np.concatenate([gL[np.tril_indices(d)], [s2_dsig]])
+    penalty = 0.5 * lam * float(beta0 @ beta0)
+    if collapse:  # ll = ℓ(β̂₀) − penalty − ½log|P| [+ (d/2) log λ]
+        f = ll - (0.5 * d * np.log(lam) if lam > 0.0 else 0.0)
+        return f, g, beta0, f + penalty + 0.5 * logdetP
+    return ll - penalty, g, beta0, ll
 
 
 def _moment_start(st: _Stats) -> tuple[np.ndarray, float]:
@@ -655,9 +677,10 @@ def fit_type2_ml(
         starts += [(S0, s20), (iso * np.eye(d), s20), (0.1 * iso * np.eye(d), s20)]
 
     scale = 1.0 / T  # optimise the per-row objective so that gtol is scale-free
+    D = arm_stats(st.G, st.b, st.q)  # once for every evaluation
 
     def fun(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        f, g, _, _ = _profiled(theta, st, lam, collapse)
+        f, g, _, _ = _profiled(theta, st, lam, collapse, D=D)
         if not np.isfinite(f):
             return np.inf, np.zeros_like(theta)
         return -f * scale, -g * scale
@@ -680,7 +703,7 @@ def fit_type2_ml(
     if res is None:  # pragma: no cover
         raise ValueError("the objective is not finite at any starting value")
     theta = _newton_polish(fun, res.x)
-    _, g, mean0, ll = _profiled(theta, st, lam, collapse)
+    _, g, mean0, ll = _profiled(theta, st, lam, collapse, D=D)
     Lh, sigma2 = _unpack(theta, d)
     gnorm = float(np.max(np.abs(g))) * scale if np.all(np.isfinite(g)) else np.inf
     # L-BFGS-B can stop at the limit of floating-point progress with an "abnormal" line search;

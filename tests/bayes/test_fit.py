@@ -109,6 +109,9 @@ def test_validation_messages(log_df):
 def test_mcmc_collapsed_small(log_df, tmp_path):
     prior = fit_prior(log_df, features=FEATURES, method="mcmc", draws=300, tune=300, random_seed=1)
     post = prior.idata.posterior
+    # the default route: nutpie on the compiled log density (B18), recorded in the provenance
+    assert post.attrs["log_density"] == "hierbandit.bayes.compiled"
+    assert prior.provenance["config"]["sampler"]["driver"] == "kernel"
     assert post["beta"].dims == ("chain", "draw", "arm", "instance", "feature")
     assert post["beta0"].dims == ("chain", "draw", "arm", "feature")
     assert set(post.data_vars) == {"Sigma", "sigma", "beta0", "beta"}
@@ -132,10 +135,11 @@ def test_mcmc_collapsed_small(log_df, tmp_path):
 
 
 def test_mcmc_with_the_nutpie_backend(log_df):
-    """An alternative NUTS backend from the registry (nutpie, JAX-compiled model)."""
-    prior = fit_prior(
-        log_df, features=FEATURES, method="mcmc", nuts_sampler="nutpie", draws=200, tune=200
-    )
+    """The route before B18, one option away: ``pm.sample`` with nutpie on the JAX-compiled
+    model."""
+    prior = fit_prior(log_df, features=FEATURES, method="mcmc", driver="pymc", draws=200, tune=200)
+    assert prior.provenance["config"]["sampler"]["nuts_sampler"] == "nutpie"
+    assert "driver" not in prior.provenance["config"]["sampler"]  # pm.sample
     assert prior.idata.posterior.attrs["inference_library"] == "nutpie"
     assert set(prior.idata.posterior.data_vars) == {"Sigma", "sigma", "beta0", "beta"}
     ml = fit_prior(log_df, features=FEATURES, method="ml")
@@ -247,3 +251,26 @@ def test_the_default_method_is_type2_ml(log_df):
     # the same values (``equals``: the attributes hold the creation time, to the second)
     assert prior.dataset.equals(fit_prior(log_df, features=FEATURES, method="ml").dataset)
     assert fit_prior(log_df, features=FEATURES, method="eb").method == "eb"
+
+
+def test_a_fit_runs_with_one_blas_thread_and_restores_the_setting(log_df, monkeypatch):
+    """BLAS on one thread while fitting (small matrices: B18), the user's setting afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from hierbandit.bayes import fit as fit_module
+
+    seen = []
+    inner = fit_module._fit_ml
+
+    def spy(*args, **kwargs):
+        seen.append({i["filepath"]: i["num_threads"] for i in threadpool_info()})
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(fit_module, "_fit_ml", spy)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+        fit_prior(log_df, features=FEATURES, method="ml")
+        after = {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+    blas = {i["filepath"] for i in threadpool_info() if i["user_api"] == "blas"}
+    assert blas and all(seen[0][p] == 1 for p in blas)
+    assert after == before

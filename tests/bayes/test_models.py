@@ -165,6 +165,31 @@ def test_instance_loglik_is_the_joint_gaussian_density_of_the_rows(small_log, si
     )
 
 
+def test_instance_loglik_over_several_blocks_with_empty_cells():
+    """More instances than one block of the vectorised kernel (128), a partial last block and
+    cells without rows: the joint Gaussian density of the rows, instance by instance."""
+    from hierbandit.bayes.models import instance_loglik
+
+    df = synthetic_log(n_instances=150, n_arms=2, n_features=3, rows=1500, seed=6)
+    df = df[~((df["arm"] == 1) & (df["instance"] % 4 == 0))]
+    log = read_log(df, features=features(df))
+    assert (log.suffstats().n == 0).any()
+    rng = np.random.default_rng(8)
+    beta0, Sigma, sigma = _draws(log, 2, rng)
+    got = instance_loglik(log, beta0, Sigma, sigma)
+    want = np.zeros_like(got)
+    for s in range(2):
+        for k in range(log.n_arms):
+            for j in range(log.n_instances):
+                rows = (log.arm == k) & (log.instance == j)
+                if not rows.any():
+                    continue
+                X, y = log.X[rows], log.y[rows]
+                cov = sigma[s, k] ** 2 * np.eye(len(y)) + X @ Sigma[s, k] @ X.T
+                want[s, j] += stats.multivariate_normal(X @ beta0[s, k], cov).logpdf(y)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
 def test_instance_loglik_is_the_same_whatever_the_split_over_threads(small_log, monkeypatch):
     """The draws are split over the cores: one thread or many, the same numbers."""
     from hierbandit.bayes import models

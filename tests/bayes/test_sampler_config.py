@@ -127,7 +127,16 @@ def test_each_function_keeps_its_default(seen):
     df = synthetic_log(n_instances=3, n_arms=2, n_features=2, rows=60, seed=4)
     with pytest.raises(_Sampled):
         fit_prior(df, features=features(df), method="mcmc")
-    assert seen["config"] == SamplerConfig(tune=400, target_accept=0.8) == FIT_SAMPLER  # B15
+    # B15, B18: nutpie's warm-up and target, on the compiled log density
+    assert seen["config"] == SamplerConfig(tune=400, target_accept=0.8, driver="kernel")
+    assert seen["config"] == FIT_SAMPLER
+    # another backend goes through pm.sample, the old route one option away
+    with pytest.raises(_Sampled):
+        fit_prior(df, features=features(df), method="mcmc", nuts_sampler="numpyro")
+    assert seen["config"] == SamplerConfig(tune=400, target_accept=0.8, nuts_sampler="numpyro")
+    with pytest.raises(_Sampled):
+        fit_prior(df, features=features(df), method="mcmc", driver="pymc")
+    assert seen["config"] == SamplerConfig(tune=400, target_accept=0.8)
     with pytest.raises(_Sampled):
         fit_prior(df, features=features(df), method="mcmc", collapsed=False)
     assert seen["config"] == SamplerConfig()

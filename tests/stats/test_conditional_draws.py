@@ -147,7 +147,8 @@ def _paths(G, b, Sigma, s2):
 def test_the_vectorised_kernel_is_the_scalar_kernel(rng, case):
     """The kernel that runs over arrays of instances does the scalar kernel's operations in the
     same order, and hands it the (draw, arm) pairs it cannot do (a singular Σ, an S_j that does
-    not factorise) and the instances whose σ²C̃_j needs a jitter: same draws, bit for bit."""
+    not factorise) and the instances whose σ²C̃_j needs a jitter: same draws, bit for bit; the
+    unrolled kernel ``conditional_draws`` runs for this d, the same draws to rounding."""
     from hierbandit.stats import kernels as K
 
     G, b = _stats(rng, K=3, N=6, d=2, sizes=(0, 1, 2, 5, 9, 40))
@@ -175,10 +176,20 @@ def test_the_vectorised_kernel_is_the_scalar_kernel(rng, case):
     ref0, ref = np.empty((1, S, Kn, d)), np.empty((1, S, Kn, N, d))
     K.conditional_draws(G, b, Sigma[None], sig2[None], P0, h0, b0_in, have, z0[None], Z[None],
                         ref0, ref)  # fmt: skip
-    got = conditional_draws(G, b, Sigma, sig2, 0.02, z0, Z, b0_in[0] if have else None, threads=2)
+    blocked0, blocked = np.empty((1, S, Kn, d)), np.empty((1, S, Kn, N, d))
+    Gs, bs = (
+        np.ascontiguousarray(np.moveaxis(G, 1, -1)),
+        np.ascontiguousarray(np.moveaxis(b, 1, -1)),
+    )
+    K.conditional_draws_soa(Gs, bs, G, b, Sigma[None], sig2[None], P0, h0, b0_in, have, z0[None],
+                            Z[None], blocked0, blocked)  # fmt: skip
     assert np.all(np.isfinite(ref))
-    np.testing.assert_array_equal(got[0], ref0[0])
-    np.testing.assert_array_equal(got[1], ref[0])
+    np.testing.assert_array_equal(blocked0, ref0)
+    np.testing.assert_array_equal(blocked, ref)
+    # the public function (d ≤ 4: the unrolled kernel) gives the same draws to rounding
+    got = conditional_draws(G, b, Sigma, sig2, 0.02, z0, Z, b0_in[0] if have else None, threads=2)
+    np.testing.assert_allclose(got[0], ref0[0], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got[1], ref[0], rtol=1e-9, atol=1e-9)
 
 
 def test_a_labelled_loop_reports_its_progress_in_items(caplog):
@@ -223,3 +234,52 @@ def test_a_seed_gives_each_draw_its_own_stream_of_variates(rng):
         conditional_draws(G, b, Sigma, sig2, 0.1, z0)
     with pytest.raises(ValueError, match="seed"):
         conditional_draws(G, b, Sigma, sig2, 0.1, seed=-1)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 4])
+def test_the_unrolled_draws_are_the_blocked_kernels(d):
+    """For d ≤ 4 the draws run unrolled (``stats.arm_draws``): the blocked kernel's draws from
+    the same variates, to rounding, over several blocks of instances with empty cells, a
+    singular Σ (the scalar path), an instance whose σ²C̃_j needs a jitter and β₀ given."""
+    from hierbandit.stats import kernels
+    from hierbandit.stats.arm_draws import conditional_draws_unrolled
+    from hierbandit.stats.arm_likelihood import arm_stats
+    from hierbandit.stats.hierarchical import shared_prior_arrays
+
+    rng = np.random.default_rng(10 + d)
+    K, N, S = 2, 150, 4
+    sizes = rng.integers(0, 12, N)
+    sizes[::7] = 0
+    G = np.empty((K, N, d, d))
+    b = np.empty((K, N, d))
+    for k in range(K):
+        inst = np.repeat(np.arange(N), sizes)
+        X = np.column_stack([np.ones(inst.size), rng.normal(size=(inst.size, d - 1))])
+        y = X @ rng.normal(size=d) + rng.normal(size=inst.size)
+        s = suffstats(X, y, inst, N)
+        G[k], b[k] = s.G, s.b
+    G[1, 3] *= 1e12  # an instance whose σ²C̃_j is numerically singular: the jittered factor
+    A = rng.normal(size=(S, K, d, d))
+    Sigma = A @ np.swapaxes(A, -1, -2) / d + 0.2 * np.eye(d)
+    Sigma[2, 0] = np.outer(np.ones(d), np.ones(d))  # singular for d > 1: the scalar path
+    sig2 = rng.random((S, K)) + 0.5
+    z0 = rng.standard_normal((1, S, K, d))
+    Z = rng.standard_normal((1, S, K, N, d))
+    P0, h0 = shared_prior_arrays(0.05, d)
+    Ds = np.stack([arm_stats(G[k], b[k], np.zeros(N)) for k in range(K)])
+    Gs = np.ascontiguousarray(np.moveaxis(G, 1, -1))
+    bs = np.ascontiguousarray(np.moveaxis(b, 1, -1))
+    for have_beta0 in (False, True):
+        b0_in = rng.normal(size=(1, S, K, d))
+        out = []
+        for kernel, first in (
+            (kernels.conditional_draws_soa, (Gs, bs)),
+            (conditional_draws_unrolled, (Ds,)),
+        ):
+            beta0, beta = np.full((1, S, K, d), np.nan), np.full((1, S, K, N, d), np.nan)
+            kernel(*first, G, b, Sigma[None], sig2[None], P0, h0, b0_in, have_beta0, z0, Z,
+                   beta0, beta)  # fmt: skip
+            out.append((beta0, beta))
+        (want0, want), (got0, got) = out
+        np.testing.assert_allclose(got0, want0, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
