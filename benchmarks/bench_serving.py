@@ -526,6 +526,74 @@ def latency(users: list[int], steps_min: int) -> None:
     print(f"({load()} at the end)\n")
 
 
+# ---------------------------------------------------------------------- memory by users
+def sparse_log(data: Data, n_users: int, arms_per_user: tuple[int, int], rows: int):
+    """Every user gives ``rows`` rows in each of 1 to 3 arms (``arms_per_user`` bounds, drawn
+    uniformly), the arms drawn without replacement: each user sees a few of the K arms."""
+    lo, hi = arms_per_user
+    m = data.rng.integers(lo, hi + 1, n_users)
+    keys = data.rng.random((n_users, data.K)).argsort(axis=1)  # a random order of the arms
+    users = np.repeat(np.arange(n_users), m)
+    arms = keys[users, np.concatenate([np.arange(c) for c in m])]
+    users, arms = np.repeat(users, rows), np.repeat(arms, rows)
+    order = data.rng.permutation(users.size)
+    users, arms = users[order], arms[order]
+    X = data.contexts(users.size)
+    return users, X, arms, data.rewards(X, arms)
+
+
+def memory(users: list[int]) -> None:
+    print(
+        f"## Memory by number of users: EbmTS (defaults), K = {K}, d = {D}; every user gives 2 "
+        "rows in each of 1 to 3 of the arms"
+    )
+    print(f"({load()} at the start)\n")
+    table = []
+    for N in users:
+        data = Data(K, D, N, seed=4)
+        log = sparse_log(data, N, (1, 3), 2)
+        progress(f"N = {N:,}: {log[0].size:,} rows")
+        policy = EbmTS(N, K, D, rng=0)
+        t0 = time.perf_counter()
+        for i in range(0, log[0].size, 100_000):
+            policy.update_batch(*(a[i : i + 100_000] for a in log))
+        warm_s = time.perf_counter() - t0
+        width = policy._pairs.shape[1]
+        dense = K * N * (width * 8) + N * 8  # the per-(arm, instance) layout it replaced
+        table.append(
+            [
+                f"{N:,}",
+                f"{log[0].size:,} ({warm_s:.1f} s)",
+                f"{policy.n_pairs:,}",
+                f"{policy.n_pairs / N:.2f}",
+                f"{policy._pair_slot.nbytes / 1e6:.1f}",
+                f"{policy._pairs.nbytes / 1e6:.1f}",
+                f"{state_bytes(policy) / 1e6:.1f}",
+                f"{dense / 1e6:.1f}",
+            ]
+        )
+    print_table(
+        [
+            "N users",
+            "rows (update_batch)",
+            "pairs with data",
+            "pairs per user",
+            "index MB",
+            "records in use MB",
+            "state MB (allocated)",
+            "dense layout MB",
+        ],
+        table,
+    )
+    print(
+        f"\nA record holds 3d² + d + 2 = {3 * D * D + D + 2} float64 values per (user, arm) pair "
+        "with data; the index 4 bytes per (user, arm); the record buffer grows by half, so up "
+        "to a third of it is spare capacity. The dense layout held a record's worth for every "
+        "(user, arm)."
+    )
+    print(f"({load()} at the end)\n")
+
+
 # ---------------------------------------------------------------------- --big
 def big(B: int, repeats: int) -> None:
     N, Kb, d = BIG
@@ -585,6 +653,16 @@ def main(argv: list[str] | None = None) -> None:
         "--steps", type=int, default=None, help="timed single steps per N (default 5,000)"
     )
     parser.add_argument(
+        "--memory-users",
+        default=None,
+        help="N of the memory section, comma-separated (default 100000,1000000)",
+    )
+    parser.add_argument(
+        "--sections",
+        default="throughput,latency,memory",
+        help="sections to run, comma-separated (throughput, latency, memory; --big adds big)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: B = 1,000, 2 repeats, users 100,1000, 1,000 steps",
@@ -597,9 +675,15 @@ def main(argv: list[str] | None = None) -> None:
     repeats = args.repeats or (2 if args.quick else 5)
     steps = args.steps or (1_000 if args.quick else 5_000)
     users = args.users or ("100,1000" if args.quick else "100,10000,100000")
-    throughput(B, repeats)
-    latency([int(u) for u in users.split(",")], steps)
-    if args.big:
+    mem_users = args.memory_users or ("10000,100000" if args.quick else "100000,1000000")
+    sections = set(args.sections.split(","))
+    if "throughput" in sections:
+        throughput(B, repeats)
+    if "latency" in sections:
+        latency([int(u) for u in users.split(",")], steps)
+    if "memory" in sections:
+        memory([int(u) for u in mem_users.split(",")])
+    if args.big or "big" in sections:
         big(B, repeats)
 
 

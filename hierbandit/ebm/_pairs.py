@@ -1,0 +1,323 @@
+"""Pair-sparse state of EbmTS/EbmUCB: one packed record per (instance, arm) pair with data.
+
+An instance that has never had feedback in arm k holds no d×d state for that arm: in the
+posterior of docs/maths/ebm.md its blocks are those of an instance without data, C̃ and A of
+:func:`~hierbandit.stats.kernels.empty_blocks` (the same for every such instance of the arm,
+given Σ̂_k and σ̂²_k), with b = 0, and it adds nothing to P_k or r_k. The state is therefore
+
+* ``slot`` (N, K) int32: the slot of pair (j, k), or −1 while the pair has no data;
+* ``pairs`` (S, W) float64: one record per slot, allocated at the pair's first feedback;
+* ``empty`` (K, W) float64: the record every pair without data of arm k reads (G = b = q = n
+  = 0, and the empty blocks of the arm's current hyperparameters); a new slot starts as a
+  copy of it.
+
+A record of W = 3d² + d + 2 values holds, in this order (the first 2d² + d are what a decision
+reads, so they come first and share as few cache lines as possible):
+
+====================  =====================================
+``[0, d²)``           C̃_j, row-major
+``[d², 2d²)``         A_j
+``[2d², 2d² + d)``    b_j
+``[2d² + d, 3d² + d)``  G_j
+``3d² + d``           q_j
+``3d² + d + 1``       n_j, the number of rows (exact in float64)
+====================  =====================================
+
+The kernels below read and write records in place with the arithmetic of their dense
+counterparts in :mod:`hierbandit.stats.kernels` (``score_at``, ``sherman_morrison_at``), so
+the pair layout gives the dense layout's results bit for bit; an arm's re-estimation and
+periodic recomputation gather its slots in instance order (:func:`gather_arm`), run the dense
+kernels on those arrays and scatter C̃ and A back (:func:`scatter_blocks`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from hierbandit.stats import kernels as K
+
+__all__ = [
+    "arm_slots",
+    "empty_record",
+    "gather_arm",
+    "pair_moments",
+    "record_width",
+    "refresh_pair",
+    "scatter_blocks",
+    "score_pair",
+    "score_pairs",
+    "sherman_morrison_pair",
+]
+
+_JIT = {"cache": True, "nogil": True}
+
+
+@njit(**_JIT)
+def record_width(d):
+    """Values per record: C̃, A, G (d² each), b (d), q and n."""
+    return 3 * d * d + d + 2
+
+
+def offsets(d: int) -> dict[str, int]:
+    """Start of each field of a record (Python side)."""
+    dd = d * d
+    return {"Ct": 0, "A": dd, "b": 2 * dd, "G": 2 * dd + d, "q": 3 * dd + d, "n": 3 * dd + d + 1}
+
+
+def views(rec: np.ndarray, d: int) -> dict[str, np.ndarray]:
+    """Named views of records ``rec`` (..., W): ``Ct``, ``A``, ``G`` (..., d, d), ``b`` (..., d),
+    ``q`` and ``n`` (...)."""
+    o = offsets(d)
+    lead = rec.shape[:-1]
+    dd = d * d
+    return {
+        "Ct": rec[..., o["Ct"] : o["Ct"] + dd].reshape((*lead, d, d)),
+        "A": rec[..., o["A"] : o["A"] + dd].reshape((*lead, d, d)),
+        "b": rec[..., o["b"] : o["b"] + d],
+        "G": rec[..., o["G"] : o["G"] + dd].reshape((*lead, d, d)),
+        "q": rec[..., o["q"]],
+        "n": rec[..., o["n"]],
+    }
+
+
+@njit(**_JIT)
+def empty_record(Sigma, sigma2, rec):
+    """The record of a pair without data under (Σ, σ²) into ``rec`` (W,): G = b = q = n = 0,
+    C̃ and A of :func:`~hierbandit.stats.kernels.empty_blocks`."""
+    d = Sigma.shape[0]
+    dd = d * d
+    rec[:] = 0.0
+    Ct = rec[0:dd].reshape((d, d))
+    A = rec[dd : 2 * dd].reshape((d, d))
+    K.empty_blocks(Sigma, sigma2, Ct, A)
+
+
+@njit(**_JIT)
+def arm_slots(slot, n, k):
+    """The slots of arm k in instance order (instances 0 … n − 1 with data in the arm)."""
+    c = 0
+    for j in range(n):
+        if slot[j, k] >= 0:
+            c += 1
+    out = np.empty(c, dtype=np.int64)
+    c = 0
+    for j in range(n):
+        s = slot[j, k]
+        if s >= 0:
+            out[c] = s
+            c += 1
+    return out
+
+
+@njit(**_JIT)
+def gather_arm(pairs, idx, d):
+    """The statistics and blocks of slots ``idx`` as dense arrays, in that order: G (m, d, d),
+    b (m, d), q (m,), n (m,) int64, C̃ and A (m, d, d)."""
+    m = idx.shape[0]
+    dd = d * d
+    oA, ob, oG, oq = dd, 2 * dd, 2 * dd + d, 3 * dd + d
+    G = np.empty((m, d, d))
+    b = np.empty((m, d))
+    q = np.empty(m)
+    n = np.empty(m, dtype=np.int64)
+    Ct = np.empty((m, d, d))
+    A = np.empty((m, d, d))
+    for c in range(m):
+        s = idx[c]
+        for i in range(d):
+            b[c, i] = pairs[s, ob + i]
+            for l in range(d):
+                Ct[c, i, l] = pairs[s, i * d + l]
+                A[c, i, l] = pairs[s, oA + i * d + l]
+                G[c, i, l] = pairs[s, oG + i * d + l]
+        q[c] = pairs[s, oq]
+        n[c] = np.int64(pairs[s, oq + 1])
+    return G, b, q, n, Ct, A
+
+
+@njit(**_JIT)
+def scatter_blocks(pairs, idx, Ct, A):
+    """Write C̃ and A (m, d, d) back to the records of slots ``idx``."""
+    d = Ct.shape[1]
+    dd = d * d
+    for c in range(idx.shape[0]):
+        s = idx[c]
+        for i in range(d):
+            for l in range(d):
+                pairs[s, i * d + l] = Ct[c, i, l]
+                pairs[s, dd + i * d + l] = A[c, i, l]
+
+
+@njit(**_JIT)
+def score_pair(x, rec, s, beta0, Phi, sigma2, k, literal_44, u):
+    """μ̂ (5.1) and τ (5.2) of arm k from record ``rec[s]`` (a pair's, or the arm's empty
+    record); the arithmetic of :func:`~hierbandit.stats.kernels.score_at`, in the same order."""
+    d = x.shape[0]
+    oA = d * d
+    ob = 2 * d * d
+    m = 0.0
+    q = 0.0
+    for i in range(d):
+        ci = 0.0
+        ui = 0.0
+        bi = 0.0
+        for m_ in range(d):
+            ci += rec[s, i * d + m_] * x[m_]
+            ui += rec[s, oA + m_ * d + i] * x[m_]
+            bi += rec[s, oA + i * d + m_] * beta0[k, m_] + rec[s, i * d + m_] * rec[s, ob + m_]
+        u[i] = ui
+        m += x[i] * bi
+        q += x[i] * ci
+    v = sigma2[k] * q
+    for i in range(d):
+        t = 0.0
+        for m_ in range(d):
+            t += Phi[k, i, m_] * u[m_]
+        v += u[i] * t
+    mu = m / sigma2[k] if literal_44 else m
+    tau = np.sqrt(v) if v > 0.0 else 0.0
+    return mu, tau
+
+
+@njit(**_JIT)
+def score_pairs(X, J, slot, pairs, empty, beta0, Phi, sigma2, literal_44, MU, TAU):
+    """μ̂ and τ of every arm for B requests: row i scores instance ``J[i]`` (−1: an instance
+    without state) with context ``X[i]`` into ``MU[i]``, ``TAU[i]``."""
+    B = X.shape[0]
+    Kn = empty.shape[0]
+    u = np.empty(X.shape[1])
+    for i in range(B):
+        j = J[i]
+        x = X[i]
+        for k in range(Kn):
+            s = slot[j, k] if j >= 0 else -1
+            if s >= 0:
+                MU[i, k], TAU[i, k] = score_pair(x, pairs, s, beta0, Phi, sigma2, k, literal_44, u)
+            else:
+                MU[i, k], TAU[i, k] = score_pair(x, empty, k, beta0, Phi, sigma2, k, literal_44, u)
+
+
+@njit(**_JIT)
+def sherman_morrison_pair(x, y, pairs, s, P, r, Phi, beta0, sigma2, k, buf):
+    """:func:`~hierbandit.stats.kernels.sherman_morrison_at` on the record of slot ``s`` (arm
+    k): the O(d²) rank-one step in place, same arithmetic; False (nothing changed) where a
+    denominator is out of range."""
+    d = x.shape[0]
+    oA = d * d
+    ob = 2 * d * d
+    oG = ob + d
+    cx, ax, u, Pu, old_r = buf[0], buf[1], buf[2], buf[3], buf[4]
+    s_ = 1.0
+    for i in range(d):
+        c = 0.0
+        a = 0.0
+        for m in range(d):
+            c += pairs[s, i * d + m] * x[m]
+            a += pairs[s, oA + m * d + i] * x[m]
+        cx[i] = c
+        ax[i] = a
+    for i in range(d):
+        s_ += x[i] * cx[i]
+    for i in range(d):
+        u[i] = ax[i] / sigma2
+    uPu = 0.0
+    for i in range(d):
+        t = 0.0
+        for m in range(d):
+            t += Phi[k, i, m] * u[m]
+        Pu[i] = t
+        uPu += u[i] * t
+    good = 0.5 <= s_ <= K.EBM_SM_LIMIT
+    c = 0.0
+    den = 0.0
+    if good:
+        c = sigma2 / s_
+        den = 1.0 + c * uPu
+        good = 0.5 <= den <= K.EBM_SM_LIMIT
+    if not good:
+        return False
+    for i in range(d):
+        t = 0.0
+        for m in range(d):
+            t += pairs[s, oA + m * d + i] * pairs[s, ob + m]
+        old_r[i] = t / sigma2
+    for i in range(d):
+        pairs[s, ob + i] += x[i] * y
+        for m in range(d):
+            pairs[s, oG + i * d + m] += x[i] * x[m]
+    for i in range(d):
+        for m in range(d):
+            if m >= i:
+                v = pairs[s, i * d + m] - cx[i] * cx[m] / s_
+                pairs[s, i * d + m] = v
+                pairs[s, m * d + i] = v
+            pairs[s, oA + i * d + m] -= cx[i] * ax[m] / s_
+    for i in range(d):
+        for m in range(d):
+            P[k, i, m] += c * u[i] * u[m]
+    for i in range(d):
+        for m in range(i, d):
+            v = Phi[k, i, m] - c * Pu[i] * Pu[m] / den
+            Phi[k, i, m] = v
+            Phi[k, m, i] = v
+    for i in range(d):
+        t = 0.0
+        for m in range(d):
+            t += pairs[s, oA + m * d + i] * pairs[s, ob + m]
+        r[k, i] += t / sigma2 - old_r[i]
+    for i in range(d):
+        t = 0.0
+        for m in range(d):
+            t += Phi[k, i, m] * r[k, m]
+        beta0[k, i] = t
+    return True
+
+
+@njit(**_JIT)
+def refresh_pair(x, y, pairs, s, P, r, Phi, beta0, Sigma, sigma2, P0, k):
+    """:func:`~hierbandit.stats.kernels.refresh_instance` on the record of slot ``s`` (arm k):
+    the row enters G and b, the pair's blocks are recomputed and Φ re-solved, O(d³)."""
+    d = x.shape[0]
+    dd = d * d
+    rec = pairs[s]
+    K.refresh_instance(
+        x,
+        y,
+        rec[2 * dd + d : 3 * dd + d].reshape((d, d)),
+        rec[2 * dd : 2 * dd + d],
+        rec[0:dd].reshape((d, d)),
+        rec[dd : 2 * dd].reshape((d, d)),
+        P[k],
+        r[k],
+        Phi[k],
+        beta0[k],
+        Sigma[k],
+        sigma2[k],
+        P0[k],
+    )
+
+
+@njit(**_JIT)
+def pair_moments(slot, pairs, empty, n, beta0, Phi, sigma2, mean, cov):
+    """β̂_{k,j} and C_{k,j} (:func:`~hierbandit.stats.kernels.instance_moments_root`) of every
+    (arm, instance j < n) into ``mean`` (K, n, d) and ``cov`` (K, n, d, d)."""
+    Kn = empty.shape[0]
+    d = beta0.shape[1]
+    dd = d * d
+    F = np.empty((d, d))
+    for k in range(Kn):
+        K.psd_root(Phi[k], F)
+        for j in range(n):
+            s = slot[j, k]
+            rec = pairs[s] if s >= 0 else empty[k]
+            K.instance_moments_root(
+                rec[0:dd].reshape((d, d)),
+                rec[dd : 2 * dd].reshape((d, d)),
+                rec[2 * dd : 2 * dd + d],
+                beta0[k],
+                F,
+                sigma2[k],
+                mean[k, j],
+                cov[k, j],
+            )
