@@ -23,6 +23,7 @@ import xarray as xr
 from numba import njit
 
 from hierbandit._validation import (
+    MAX_STATE_ENTRIES,
     check_bool,
     check_choice,
     check_features,
@@ -32,7 +33,7 @@ from hierbandit._validation import (
     check_scalar,
     check_scale,
 )
-from hierbandit.ebm.base import Policy, hyperparameter_dataset, posterior_dataset
+from hierbandit.ebm.base import Policy, _copy_labels, hyperparameter_dataset, posterior_dataset
 from hierbandit.stats.ridge import OLSStats, RidgeStats
 
 __all__ = [
@@ -259,6 +260,52 @@ class _RidgeBandit(Policy):
         if mask is not None:
             scores[~mask] = -np.inf
         return self._argmax_rows(scores)
+
+    def add_arms(self, arms: Any) -> None:
+        """Add arms to the running policy: each new (instance, arm) model starts from the
+        prior, A = ridge·I and θ = 0, as an arm that was there from the start and never pulled
+        (tests/ebm/test_add_arms.py); :meth:`select` and :meth:`select_batch` consider them
+        from the next call, and checkpoints keep them.
+
+        The statistics are laid out again for the new number of arms, O(N K d²) once.
+
+        Parameters
+        ----------
+        arms : sequence of int or str
+            Ids of the new arms, of the kind the policy's arm ids are (``n_arms``,
+            ``n_arms + 1``, … keep integer-coded arms integer-coded), none already used.
+
+        Raises
+        ------
+        TypeError, ValueError
+            For ids that are not new or not of the policy's kind, or a size beyond
+            :data:`~hierbandit._validation.MAX_STATE_ENTRIES`, before anything changes.
+        """
+        if isinstance(arms, str | bytes) or not hasattr(arms, "__iter__"):
+            raise TypeError(f"arms must be a sequence of arm ids, got {type(arms).__name__}")
+        ids = list(arms)
+        if not ids:
+            raise ValueError("arms must name at least one new arm")
+        with self._lock:
+            labels = _copy_labels(self.arms)
+            labels.extend(ids)  # refuses ids already used or of the other kind
+            N, Kn, d = self.n_instances, self.n_arms, self.n_features
+            Kw = Kn + len(ids)
+            cells = self._state_entries(N, Kw, d)
+            if cells > MAX_STATE_ENTRIES:
+                raise ValueError(
+                    f"{self._state_entries_text} = {cells:.3g} would exceed "
+                    f"{MAX_STATE_ENTRIES:.0e} with the new arms"
+                )
+            old = self.stats
+            st = RidgeStats(N * Kw, d, reg=old.reg, recompute_every=old.recompute_every)
+            for name in ("G", "b", "q", "n", "Ainv", "theta"):
+                a = getattr(old, name)
+                getattr(st, name).reshape(N, Kw, *a.shape[1:])[:, :Kn] = a.reshape(
+                    N, Kn, *a.shape[1:]
+                )
+            self.stats, self._ones = st, np.ones(Kw)
+            self.arms, self.n_arms = labels, Kw
 
     def _mean_cov(self, scale: float) -> tuple[np.ndarray, np.ndarray]:
         N, K, d = self.n_instances, self.n_arms, self.n_features

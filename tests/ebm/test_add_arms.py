@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hierbandit.ebm import EbmTS, EbmUCB
+from hierbandit.ebm import EbmTS, EbmUCB, LinTS, LinUCB
 from tests.conftest import snapshot
 from tests.ebm.test_serving import _same_state
 
@@ -228,3 +228,42 @@ def test_refused_additions_change_nothing():
         EbmTS(N, K, D, added_arms=every)
     with pytest.raises(TypeError, match="added_arms must be a dict"):
         EbmTS(N, K, D, added_arms={"Sigma": np.eye(D)})
+
+
+@pytest.mark.parametrize("cls", [LinUCB, LinTS])
+def test_linear_baselines_add_arms(cls, tmp_path):
+    """LinUCB: decisions and state of an arm added later equal those of an arm never pulled
+    from the start; LinTS (K normals per request): the state under the same feedback."""
+    kw = {"tie_break": "first", "rng": 1}
+    whole = cls(N, arms=["a", "b", "c", "d"], n_features=D, **kw)
+    grown = cls(N, arms=["a", "b", "c"], n_features=D, **kw)
+    rng = np.random.default_rng(4)
+    for p in (whole, grown):
+        p.update_batch(
+            rng.integers(0, N, 60),
+            rng.normal(size=(60, D)),
+            rng.choice(["a", "b"], 60),
+            rng.normal(size=60),
+        )
+        rng = np.random.default_rng(4)
+    grown.add_arms(["d"])
+    assert grown.arms == whole.arms and grown.n_arms == 4
+    assert snapshot(grown.stats) == snapshot(whole.stats)
+    if cls is LinUCB:
+        r1, r2 = np.random.default_rng(6), np.random.default_rng(6)
+        got = [[], []]
+        for _ in range(6):
+            for i, (p, r) in enumerate(((whole, r1), (grown, r2))):
+                J, X = r.integers(0, N, 20), r.normal(size=(20, D))
+                a = p.select_batch(J, X)
+                got[i].extend(a)
+                p.update_batch(J, X, a, r.normal(size=20))
+        assert got[0] == got[1] and "d" in got[0]
+        assert snapshot(grown.stats) == snapshot(whole.stats)
+    q = cls.load(grown.save(tmp_path / "p.nc"))
+    assert q.arms == whole.arms and snapshot(q.stats) == snapshot(grown.stats)
+    with pytest.raises(ValueError, match="given twice"):
+        grown.add_arms(["a"])
+    with pytest.raises(TypeError, match="strings"):
+        grown.add_arms([7])
+    assert snapshot(q.stats) == snapshot(grown.stats)
