@@ -32,21 +32,26 @@ kernels on those arrays and scatter C̃ and A back (:func:`scatter_blocks`).
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import numpy as np
 from numba import njit
 
 from hierbandit.stats import kernels as K
 
 __all__ = [
+    "argmax_first",
     "arm_slots",
     "empty_record",
+    "for_dimension",
     "gather_arm",
     "pair_moments",
     "record_width",
+    "refresh_empty_scores",
     "refresh_pair",
+    "request_moments",
     "scatter_blocks",
-    "score_pair",
-    "score_pairs",
     "sherman_morrison_pair",
 ]
 
@@ -150,52 +155,198 @@ def scatter_blocks(pairs, idx, Ct, A):
 
 
 @njit(**_JIT)
-def score_pair(x, rec, s, beta0, Phi, sigma2, k, literal_44, u):
-    """μ̂ (5.1) and τ (5.2) of arm k from record ``rec[s]`` (a pair's, or the arm's empty
-    record); the arithmetic of :func:`~hierbandit.stats.kernels.score_at`, in the same order."""
-    d = x.shape[0]
-    oA = d * d
-    ob = 2 * d * d
-    m = 0.0
-    q = 0.0
-    for i in range(d):
-        ci = 0.0
-        ui = 0.0
-        bi = 0.0
-        for m_ in range(d):
-            ci += rec[s, i * d + m_] * x[m_]
-            ui += rec[s, oA + m_ * d + i] * x[m_]
-            bi += rec[s, oA + i * d + m_] * beta0[k, m_] + rec[s, i * d + m_] * rec[s, ob + m_]
-        u[i] = ui
-        m += x[i] * bi
-        q += x[i] * ci
-    v = sigma2[k] * q
-    for i in range(d):
-        t = 0.0
-        for m_ in range(d):
-            t += Phi[k, i, m_] * u[m_]
-        v += u[i] * t
-    mu = m / sigma2[k] if literal_44 else m
-    tau = np.sqrt(v) if v > 0.0 else 0.0
-    return mu, tau
+def refresh_empty_scores(empty, beta0, Phi, sigma2, cache, dirty):
+    """The score terms of an instance without data, for the arms marked in ``dirty`` (then
+    unmarked): ``cache[k, :d]`` = m₀ = A₀β̂₀ and ``cache[k, d:]`` = C₀ = σ²C̃₀ + A₀ΦA₀ᵀ
+    (row-major), the posterior mean and covariance of such an instance (maths §5), from the
+    arm's empty record. A pure function of the arm's state, so when it is computed does not
+    change it; the callers mark an arm whenever its β̂₀, Φ, σ̂² or empty record change."""
+    Kn = empty.shape[0]
+    d = beta0.shape[1]
+    dd = d * d
+    AP = np.empty((d, d))
+    for k in range(Kn):
+        if not dirty[k]:
+            continue
+        rec = empty[k]
+        s2 = sigma2[k]
+        for i in range(d):
+            t = 0.0
+            for l in range(d):
+                t += rec[dd + i * d + l] * beta0[k, l]
+            cache[k, i] = t
+            for l in range(d):
+                t = 0.0
+                for m in range(d):
+                    t += rec[dd + i * d + m] * Phi[k, m, l]
+                AP[i, l] = t
+        for i in range(d):
+            for l in range(i + 1):
+                t = 0.0
+                for m in range(d):
+                    t += AP[i, m] * rec[dd + l * d + m]
+                v = s2 * 0.5 * (rec[i * d + l] + rec[l * d + i]) + t
+                cache[k, d + i * d + l] = v
+                cache[k, d + l * d + i] = v
+        dirty[k] = False
+
+
+@njit(inline="always", **_JIT)
+def request_moments(d, x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c):
+    """μ̂ (5.1) and τ (5.2) of every arm for instance ``j`` (−1: an instance without state)
+    and context ``x`` into ``mu``, ``tau``; ``u``, ``c``: (d,) scratch.
+
+    From the record of a pair with data, with c = C̃x and u = Aᵀx: xᵀβ̂ = u·β̂₀ + c·b and
+    τ² = σ² x·c + uᵀΦu (maths §5; C̃ and Φ symmetric, so every inner loop runs along a row).
+    For a pair without data, xᵀm₀ and xᵀC₀x from the arm's empty-instance terms ``cache``,
+    which must be current (:func:`refresh_empty_scores`). ``d`` = ``x.shape[0]``, a
+    compile-time constant in the kernels of :func:`for_dimension`."""
+    Kn = slot.shape[1]
+    dd = d * d
+    for k in range(Kn):
+        s = slot[j, k] if j >= 0 else -1
+        m = 0.0
+        v = 0.0
+        if s >= 0:
+            rec = pairs[s]
+            for a in range(d):
+                u[a] = 0.0
+                c[a] = 0.0
+            for l in range(d):
+                xl = x[l]
+                for a in range(d):
+                    c[a] += rec[l * d + a] * xl
+                    u[a] += rec[dd + l * d + a] * xl
+            q = 0.0
+            for a in range(d):
+                m += u[a] * beta0[k, a] + c[a] * rec[2 * dd + a]
+                q += x[a] * c[a]
+            for l in range(d):
+                t = 0.0
+                for a in range(d):
+                    t += Phi[k, l, a] * u[a]
+                v += u[l] * t
+            v += sigma2[k] * q
+        else:
+            for l in range(d):
+                m += x[l] * cache[k, l]
+                t = 0.0
+                for a in range(d):
+                    t += cache[k, d + l * d + a] * x[a]
+                v += x[l] * t
+        mu[k] = m
+        tau[k] = np.sqrt(v) if v > 0.0 else 0.0
+    if literal_44:  # outside the loop: a branch inside it cost 40 % of the kernel's time
+        for k in range(Kn):
+            mu[k] = mu[k] / sigma2[k]
 
 
 @njit(**_JIT)
-def score_pairs(X, J, slot, pairs, empty, beta0, Phi, sigma2, literal_44, MU, TAU):
-    """μ̂ and τ of every arm for B requests: row i scores instance ``J[i]`` (−1: an instance
-    without state) with context ``X[i]`` into ``MU[i]``, ``TAU[i]``."""
-    B = X.shape[0]
-    Kn = empty.shape[0]
-    u = np.empty(X.shape[1])
-    for i in range(B):
-        j = J[i]
-        x = X[i]
-        for k in range(Kn):
-            s = slot[j, k] if j >= 0 else -1
-            if s >= 0:
-                MU[i, k], TAU[i, k] = score_pair(x, pairs, s, beta0, Phi, sigma2, k, literal_44, u)
-            else:
-                MU[i, k], TAU[i, k] = score_pair(x, empty, k, beta0, Phi, sigma2, k, literal_44, u)
+def argmax_first(s):
+    """NumPy's argmax of ``s`` (the first maximum; the first NaN if there is one) and whether
+    another entry equals that maximum (a tie, which the caller breaks)."""
+    n = s.shape[0]
+    k = 0
+    best = s[0]
+    if not np.isnan(best):
+        for i in range(1, n):
+            v = s[i]
+            if np.isnan(v):
+                k = i
+                best = v
+                break
+            if v > best:
+                best = v
+                k = i
+    ties = 0
+    for i in range(n):
+        if s[i] == best:
+            ties += 1
+    return k, ties > 1
+
+
+@functools.cache
+def for_dimension(d: int) -> tuple[Any, Any, Any]:
+    """``(score_pairs, choose, combine)`` compiled for contexts of dimension ``d``.
+
+    ``d`` is a constant of the compiled code, so that the d×d loops of
+    :func:`request_moments` have constant bounds and are unrolled: 2.3 times faster at d = 3
+    than with ``d`` read from the arrays (0.55 against 1.28 ms for 10⁴ requests of 5 arms).
+    Each d compiles once and is cached on disk like every kernel. The arithmetic is the same
+    whatever d is known as, so the results are too (the compiled loop of
+    :mod:`hierbandit.ebm.compiled` reads d from the arrays and makes the same decisions).
+
+    ``score_pairs(X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU, TAU)``:
+    :func:`request_moments` of B requests (instance ``J[i]``, context ``X[i]``) into
+    ``MU[i]``, ``TAU[i]``.
+
+    ``choose(lo, hi, X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, alpha, Z, mask,
+    out, tie, scores)``: the decisions of requests ``lo`` ≤ i < ``hi``: score
+    s_k = μ̂_k + (α_i τ_k)·Z[i, k] (Thompson sampling; UCB when ``Z`` has no rows:
+    s_k = μ̂_k + α_i τ_k), −inf outside ``mask[i]`` (when ``mask`` has rows), into
+    ``scores[i]``; the first maximum into ``out[i]`` and whether it is tied into ``tie[i]``
+    (:func:`argmax_first`). Writes only rows lo … hi − 1 (slices run on threads).
+
+    ``combine(lo, hi, MU, TAU, alpha, Z, mask, out, tie, scores)``: the second half of
+    ``choose`` from moments ``MU``, ``TAU`` computed before (by ``score_pairs``), the same
+    operations.
+    """
+
+    @njit(**_JIT)
+    def score_pairs(X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU, TAU):
+        u = np.empty(d)
+        c = np.empty(d)
+        for i in range(X.shape[0]):
+            request_moments(
+                d, X[i], J[i], slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU[i], TAU[i],
+                u, c,
+            )  # fmt: skip
+
+    @njit(**_JIT)
+    def choose(
+        lo, hi, X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, alpha, Z, mask, out,
+        tie, scores,
+    ):  # fmt: skip
+        Kn = slot.shape[1]
+        u = np.empty(d)
+        c = np.empty(d)
+        mu = np.empty(Kn)
+        tau = np.empty(Kn)
+        is_ts = Z.shape[0] > 0
+        has_mask = mask.shape[0] > 0
+        for i in range(lo, hi):
+            request_moments(
+                d, X[i], J[i], slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c
+            )
+            a = alpha[i]
+            row = scores[i]
+            for k in range(Kn):
+                if is_ts:
+                    row[k] = mu[k] + a * tau[k] * Z[i, k]
+                else:
+                    row[k] = mu[k] + a * tau[k]
+                if has_mask and not mask[i, k]:
+                    row[k] = -np.inf
+            out[i], tie[i] = argmax_first(row)
+
+    @njit(**_JIT)
+    def combine(lo, hi, MU, TAU, alpha, Z, mask, out, tie, scores):
+        Kn = MU.shape[1]
+        is_ts = Z.shape[0] > 0
+        has_mask = mask.shape[0] > 0
+        for i in range(lo, hi):
+            a = alpha[i]
+            row = scores[i]
+            for k in range(Kn):
+                if is_ts:
+                    row[k] = MU[i, k] + a * TAU[i, k] * Z[i, k]
+                else:
+                    row[k] = MU[i, k] + a * TAU[i, k]
+                if has_mask and not mask[i, k]:
+                    row[k] = -np.inf
+            out[i], tie[i] = argmax_first(row)
+
+    return score_pairs, choose, combine
 
 
 @njit(**_JIT)

@@ -28,7 +28,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from hierbandit.ebm._pairs import score_pair
+from hierbandit.ebm._pairs import refresh_empty_scores, request_moments
 from hierbandit.ebm._rows import update_row
 from hierbandit.ebm.base import Policy
 from hierbandit.ebm.linear import LinTS, LinUCB, _index_scores
@@ -101,15 +101,28 @@ _NO_TABLE.flags.writeable = False
 # ---------------------------------------------------------------------- ebm
 @njit(**_JIT)
 def _ebm_run(
-    inst, X, R, arms, state, mu, tau, t0, alpha_tab, flags, options, tie_rng, ts_rng, cv_rng
+    inst,
+    X,
+    R,
+    arms,
+    state,
+    cache,
+    dirty,
+    t0,
+    alpha_tab,
+    flags,
+    options,
+    tie_rng,
+    ts_rng,
+    cv_rng,
 ):
     """The loop of ``EbmPolicy._select``/``_update`` over one seed's rollout; returns the final t.
 
     ``flags`` = (Thompson?, random tie-break?, global forced init?, global α clock?, literal
     (4.4)?, no forced init?). ``state`` and ``options`` are the policy's ``_row_state()`` and
     ``_row_options()`` (:func:`~hierbandit.ebm._rows.update_row`), with room in the records for
-    every pair the rollout can give its first row. ``mu`` and ``tau`` are the policy's
-    scratch buffers of ``_select``.
+    every pair the rollout can give its first row; ``cache`` and ``dirty`` its empty-instance
+    score terms (:func:`~hierbandit.ebm._pairs.refresh_empty_scores`).
     """
     is_ts, random_tie, forced_global, clock_global, literal_44, forced_none = flags
     slot, pairs, empty = state[0], state[1], state[3]
@@ -117,7 +130,10 @@ def _ebm_run(
     T = inst.shape[0]
     Kn, N = slot.shape[1], slot.shape[0]
     s = np.empty(Kn)
+    mu = np.empty(Kn)
+    tau = np.empty(Kn)
     u = np.empty(X.shape[1])
+    c = np.empty(X.shape[1])
     scratch = np.empty((5, X.shape[1]))
     t = t0
     for step in range(T):
@@ -129,19 +145,13 @@ def _ebm_run(
         elif forced_global:
             k = t if t < Kn else -1
         else:
-            c = arrivals[j]
-            k = c if c < Kn else -1
+            cnt = arrivals[j]
+            k = cnt if cnt < Kn else -1
         if k < 0:
-            for kk in range(Kn):
-                sl = slot[j, kk]
-                if sl >= 0:
-                    mu[kk], tau[kk] = score_pair(
-                        x, pairs, sl, beta0, Phi, sigma2, kk, literal_44, u
-                    )
-                else:
-                    mu[kk], tau[kk] = score_pair(
-                        x, empty, kk, beta0, Phi, sigma2, kk, literal_44, u
-                    )
+            refresh_empty_scores(empty, beta0, Phi, sigma2, cache, dirty)
+            request_moments(
+                x.shape[0], x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c
+            )
             alpha = alpha_tab[t + 1] if clock_global else alpha_tab[arrivals[j] + 1]
             if is_ts:
                 z = ts_rng.standard_normal(Kn)
@@ -156,6 +166,7 @@ def _ebm_run(
         # ---- _update
         t += 1
         update_row(j, x, k, y, N, state, options, cv_rng, scratch)
+        dirty[k] = True
     return t
 
 
@@ -177,14 +188,15 @@ def _ebm_run_policy(policy: Any, inst: np.ndarray, X: np.ndarray, R: np.ndarray,
         p.forced_init == "none",
     )
     state = p._row_state()
+    cache = p._empty_terms()
     p.t = _ebm_run(
         inst,
         X,
         R,
         arms,
         state,
-        p._mu,
-        p._tau,
+        cache,
+        p._empty_dirty,
         int(p.t),
         alpha_tab,
         flags,
@@ -290,7 +302,7 @@ def _ridge_run_policy(
 
 # ---------------------------------------------------------------------- public API
 _EBM_FLOAT = ("_pairs", "_empty", "Sigma", "sigma2", "gamma", "_P", "_r", "_Phi")
-_EBM_FLOAT += ("_beta0", "_P0", "_h0", "_mu", "_tau")
+_EBM_FLOAT += ("_beta0", "_P0", "_h0")
 _EBM_INT = ("n_eff", "pulls", "arrivals", "_rank_one_count", "_since_estimate")
 _EBM_INT32 = ("_pair_slot",)
 _RIDGE_FLOAT = ("G", "b", "q", "Ainv", "theta")

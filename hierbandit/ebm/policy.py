@@ -49,11 +49,17 @@ from hierbandit.ebm.base import (
 from hierbandit.stats import kernels as K
 from hierbandit.stats.empirical_bayes import EBOptions
 from hierbandit.stats.hierarchical import shared_prior_arrays
+from hierbandit.stats.threads import beside, over_threads_now, serving_threads
 
 __all__ = ["EbmPolicy", "EbmTS", "EbmUCB"]
 
 #: the per-(arm, instance) arrays of the dense layout, read from older checkpoints
 _DENSE = ("G", "b", "q", "n_obs", "_Ct", "_A")
+#: Z and mask of :func:`~hierbandit.ebm._pairs.choose` when there is none (UCB; all arms)
+_NO_ROWS = np.zeros((0, 0))
+_NO_MASK = np.zeros((0, 0), dtype=np.bool_)
+#: fewest requests worth a thread of their own in a batch of decisions
+_THREAD_CHUNK = 2048
 #: the arrays of :attr:`EbmPolicy.added_arms`
 _ADDED = ("Sigma", "sigma2", "shared_mean", "shared_cov", "prior")
 
@@ -155,9 +161,17 @@ class EbmPolicy(Policy):
         "_pairs": lambda p: _from_dense(p)["_pairs"],
         "_empty": lambda p: _from_dense(p)["_empty"],
     }
-    #: derived from ``eb_options`` since (``_eb_args``), or the dense layout (converted)
+    #: the empty-instance score terms (:func:`~hierbandit.ebm._pairs.refresh_empty_scores`):
+    #: a cache, rebuilt when needed, kept out of checkpoints and copies
+    _checkpoint_transient: ClassVar[dict[str, Any]] = {
+        **Policy._checkpoint_transient,
+        "_empty_scores": lambda: np.zeros((0, 0)),
+        "_empty_dirty": lambda: np.zeros(0, dtype=bool),
+    }
+    #: derived from ``eb_options`` since (``_eb_args``), the dense layout (converted), and
+    #: the scratch buffers of single decisions older versions kept (``_mu``, ``_tau``)
     _checkpoint_dropped: ClassVar[frozenset[str]] = frozenset(
-        {"_eb_args", *_DENSE, "_dense_conversion"}
+        {"_eb_args", *_DENSE, "_dense_conversion", "_mu", "_tau"}
     )
 
     def __init__(
@@ -294,8 +308,8 @@ class EbmPolicy(Policy):
         self._rank_one_count = np.zeros(Kn, dtype=np.int64)
         #: pulls of each arm since its last re-estimation (the default schedule)
         self._since_estimate = np.zeros(Kn, dtype=np.int64)
-        self._mu = np.zeros(Kn)  # scratch buffers of _select
-        self._tau = np.zeros(Kn)
+        self._empty_scores = np.zeros((0, 0))
+        self._empty_dirty = np.zeros(0, dtype=bool)
         for k in range(Kn):
             PR.empty_record(self.Sigma[k], self.sigma2[k], self._empty[k])
             self._recompute_arm(k)
@@ -458,18 +472,88 @@ class EbmPolicy(Policy):
         instance without state, which the shared posterior describes)."""
         self._score_requests(x[None, :], np.array([j], dtype=np.int64), mu[None, :], tau[None, :])
 
-    def _scores(self, j: int, x: np.ndarray) -> np.ndarray:
-        self._moments(j, x, self._mu, self._tau)
-        alpha = self._alpha(j)
-        if self.exploration == "ucb":
-            return self._mu + alpha * self._tau
-        return self._mu + alpha * self._tau * self._ts_rng.standard_normal(self.n_arms)
+    def _empty_terms(self) -> np.ndarray:
+        """The empty-instance score terms of every arm, current
+        (:func:`~hierbandit.ebm._pairs.refresh_empty_scores` on the arms marked since)."""
+        Kn, d = self.n_arms, self.n_features
+        if self._empty_scores.shape != (Kn, d + d * d) or self._empty_dirty.shape != (Kn,):
+            self._empty_scores = np.zeros((Kn, d + d * d))
+            self._empty_dirty = np.ones(Kn, dtype=bool)
+        PR.refresh_empty_scores(
+            self._empty, self._beta0, self._Phi, self.sigma2, self._empty_scores, self._empty_dirty
+        )
+        return self._empty_scores
+
+    def _changed(self, k: int | None = None) -> None:
+        """Arm k's shared posterior or hyperparameters changed (None: any arm may have)."""
+        if self._empty_dirty.shape == (self.n_arms,):
+            self._empty_dirty[slice(None) if k is None else k] = True
 
     def _select(self, j: int, x: np.ndarray) -> int:
         forced = self._forced_arm(j)
         if forced >= 0:
             return forced
-        return self._argmax(self._scores(j, x))
+        return int(self._choose(np.array([j], dtype=np.int64), x[None, :], None)[0])
+
+    def _alphas(self, J: np.ndarray) -> np.ndarray:
+        """α_t of every request (:meth:`_alpha`, the same floating-point operations)."""
+        if self.alpha_clock == "global":
+            return np.full(J.shape[0], self._alpha(0))
+        t = np.where(J >= 0, self.arrivals[np.maximum(J, 0)], 0) + 1
+        values, where = np.unique(t, return_inverse=True)
+        return np.array([self.a * math.sqrt(math.log(int(v))) for v in values])[where]
+
+    def _scores(self, j: int, x: np.ndarray) -> np.ndarray:
+        """The index of every arm for one request (Thompson sampling draws its K normals)."""
+        return self._index(np.array([j], dtype=np.int64), x[None, :], None)[2][0]
+
+    def _choose(self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """The index rule's arm for every request (instance ``J[i]``, context ``X[i]``, arms
+        allowed ``mask[i]``), none forced (:meth:`_index`), and a tie draw from the tie-break
+        stream for each tied request, in order, as :meth:`Policy._argmax` would."""
+        out, tie, scores = self._index(J, X, mask)
+        if self.tie_break == "random":
+            for i in np.flatnonzero(tie):
+                idx = np.flatnonzero(scores[i] == scores[i, out[i]])
+                out[i] = idx[self._tie_rng.integers(idx.size)]
+        return out
+
+    def _index(
+        self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The first maximum of every request's index, whether it is tied, and the indexes
+        (B, K): one compiled pass (on two threads for large batches); K Thompson normals per
+        request from the Thompson stream (drawn beside the scoring on a helper thread)."""
+        n, Kn = J.shape[0], self.n_arms
+        cache = self._empty_terms()
+        alpha = self._alphas(J)
+        X = np.ascontiguousarray(X)
+        mask = _NO_MASK if mask is None else np.ascontiguousarray(mask)
+        out = np.empty(n, dtype=np.int64)
+        tie = np.empty(n, dtype=np.bool_)
+        scores = np.empty((n, Kn))
+        state = (self._pair_slot, self._pairs, cache, self._beta0, self._Phi, self.sigma2)
+        score_pairs, choose, combine = PR.for_dimension(self.n_features)
+        if self.exploration == "ts" and n >= _THREAD_CHUNK and serving_threads() > 1:
+            # the Thompson normals are drawn on a helper thread while this one scores
+            Z = np.empty((n, Kn))
+            drawn = beside(self._ts_rng.standard_normal, out=Z)
+            MU, TAU = np.empty((n, Kn)), np.empty((n, Kn))
+            try:
+                score_pairs(X, J, *state, self._literal_44, MU, TAU)
+            finally:
+                drawn.result()
+            combine(0, n, MU, TAU, alpha, Z, mask, out, tie, scores)
+        else:
+            Z = self._ts_rng.standard_normal((n, Kn)) if self.exploration == "ts" else _NO_ROWS
+            args = (X, J, *state, self._literal_44, alpha, Z, mask, out, tie, scores)
+            over_threads_now(
+                lambda lo, hi: choose(lo, hi, *args),
+                n,
+                serving_threads(),
+                min_chunk=_THREAD_CHUNK,
+            )
+        return out, tie, scores
 
     def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
         if j == self.n_instances:  # a new instance (the caller made room)
@@ -486,6 +570,7 @@ class EbmPolicy(Policy):
         self.arrivals[j] += 1
         self.pulls[k] += 1
         self._since_estimate[k] += 1
+        self._changed(k)
         o = PR.offsets(self.n_features)
         self._pairs[s, o["q"]] += y * y
         self._pairs[s, o["n"]] += 1.0
@@ -545,12 +630,13 @@ class EbmPolicy(Policy):
         """μ̂ and τ of every arm for requests (``J``, ``X``) into ``MU``, ``TAU`` (B, K); a pair
         without data (and every arm of ``J[i] = -1``, an instance without state) reads its
         arm's empty record."""
-        PR.score_pairs(
-            X,
+        score_pairs, _, _ = PR.for_dimension(self.n_features)
+        score_pairs(
+            np.ascontiguousarray(X),
             J,
             self._pair_slot,
             self._pairs,
-            self._empty,
+            self._empty_terms(),
             self._beta0,
             self._Phi,
             self.sigma2,
@@ -564,7 +650,7 @@ class EbmPolicy(Policy):
         """Every request scored in one kernel call; the random draws are those of the loop of
         :meth:`_select` (K Thompson normals per request that is not forced, a tie draw only on
         a tie), so the arms are the loop's."""
-        B, Kn = X.shape[0], self.n_arms
+        B = X.shape[0]
         out = np.empty(B, dtype=np.int64)
         forced = self._forced_arms(J)
         if mask is not None:
@@ -572,17 +658,11 @@ class EbmPolicy(Policy):
             rows = np.flatnonzero(forced >= 0)
             forced[rows[~mask[rows, forced[rows]]]] = -1
         free = np.flatnonzero(forced < 0)
+        if free.size == B:
+            return self._choose(J, X, mask)
         out[forced >= 0] = forced[forced >= 0]
-        if free.size == 0:
-            return out
-        MU, S = self._score_moments(J[free], X[free])
-        if self.exploration == "ucb":
-            scores = MU + S
-        else:
-            scores = MU + S * self._ts_rng.standard_normal((free.size, Kn))
-        if mask is not None:
-            scores[~mask[free]] = -np.inf
-        out[free] = self._argmax_rows(scores)
+        if free.size:
+            out[free] = self._choose(J[free], X[free], None if mask is None else mask[free])
         return out
 
     def _score_moments(self, J: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -592,11 +672,7 @@ class EbmPolicy(Policy):
         MU = np.empty((B, Kn))
         TAU = np.empty((B, Kn))
         self._score_requests(X, J, MU, TAU)
-        if self.alpha_clock == "global":
-            alpha = np.full(B, self._alpha(0))
-        else:
-            alpha = np.array([self._alpha(int(j)) for j in J])
-        return MU, alpha[:, None] * TAU
+        return MU, self._alphas(J)[:, None] * TAU
 
     def _choice_probabilities(
         self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None, arms: np.ndarray | None
@@ -619,6 +695,7 @@ class EbmPolicy(Policy):
             J, X, Karr, Y, self.n_instances, state, self._row_options(), self._cv_rng
         )
         self._rows_applied(state)
+        self._changed()
         self.t += int(J.shape[0])
 
     def _reserve_rows(self, J: np.ndarray, Karr: np.ndarray) -> None:
@@ -761,8 +838,6 @@ class EbmPolicy(Policy):
             self.gamma = np.concatenate([self.gamma, np.full(m, np.nan)])
             for name in ("n_eff", "pulls", "_rank_one_count", "_since_estimate"):
                 setattr(self, name, np.concatenate([getattr(self, name), np.zeros(m, np.int64)]))
-            for name in ("_mu", "_tau"):
-                setattr(self, name, np.zeros(Kn + m))
             for name, shape in (("_P", (d, d)), ("_r", (d,)), ("_Phi", (d, d)), ("_beta0", (d,))):
                 setattr(self, name, np.concatenate([getattr(self, name), np.empty((m, *shape))]))
             slot = np.full((self._pair_slot.shape[0], Kn + m), -1, dtype=np.int32)
@@ -770,6 +845,7 @@ class EbmPolicy(Policy):
             self._pair_slot = slot
             self._empty = np.concatenate([self._empty, np.zeros((m, self._empty.shape[1]))])
             self.arms, self.n_arms, self.added_arms = labels, Kn + m, added
+            self._empty_dirty = np.zeros(0, dtype=bool)  # the cache is rebuilt for K + m arms
             for k in range(Kn, Kn + m):
                 PR.empty_record(self.Sigma[k], self.sigma2[k], self._empty[k])
                 self._recompute_arm(k)

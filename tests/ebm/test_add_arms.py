@@ -59,7 +59,7 @@ def _same_arm_state(whole, grown):
     """The state of a policy that had every arm from the start and of one that added arms."""
     assert whole.n_arms == grown.n_arms and whole.arms == grown.arms
     _same_state(whole, grown)
-    for name in ("_P0", "_h0", "_mu", "_tau"):
+    for name in ("_P0", "_h0"):
         assert np.array_equal(getattr(whole, name), getattr(grown, name)), name
 
 
