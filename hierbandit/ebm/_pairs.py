@@ -43,6 +43,7 @@ from hierbandit.stats import kernels as K
 __all__ = [
     "argmax_first",
     "arm_slots",
+    "cache_width",
     "empty_record",
     "for_dimension",
     "gather_arm",
@@ -157,10 +158,14 @@ def scatter_blocks(pairs, idx, Ct, A):
 @njit(**_JIT)
 def refresh_empty_scores(empty, beta0, Phi, sigma2, cache, dirty):
     """The score terms of an instance without data, for the arms marked in ``dirty`` (then
-    unmarked): ``cache[k, :d]`` = m₀ = A₀β̂₀ and ``cache[k, d:]`` = C₀ = σ²C̃₀ + A₀ΦA₀ᵀ
-    (row-major), the posterior mean and covariance of such an instance (maths §5), from the
-    arm's empty record. A pure function of the arm's state, so when it is computed does not
-    change it; the callers mark an arm whenever its β̂₀, Φ, σ̂² or empty record change."""
+    unmarked), in column k of ``cache`` (:func:`cache_width`, K): rows 0 … d − 1 hold
+    m₀ = A₀β̂₀ and the next d(d + 1)/2 the upper triangle of C₀ = σ²C̃₀ + A₀ΦA₀ᵀ, row by row,
+    its off-diagonal entries doubled (so that xᵀC₀x = Σ_{l≤a} x_l x_a·entry (l, a),
+    :func:`request_moments`): the posterior mean and covariance of such an instance (maths §5),
+    from the arm's empty record. Arms are the columns so that a request's terms for every arm
+    are computed in one pass over contiguous rows. A pure function of the arm's state, so
+    when it is computed does not change it; the callers mark an arm whenever its β̂₀, Φ, σ̂²
+    or empty record change."""
     Kn = empty.shape[0]
     d = beta0.shape[1]
     dd = d * d
@@ -174,35 +179,69 @@ def refresh_empty_scores(empty, beta0, Phi, sigma2, cache, dirty):
             t = 0.0
             for l in range(d):
                 t += rec[dd + i * d + l] * beta0[k, l]
-            cache[k, i] = t
+            cache[i, k] = t
             for l in range(d):
                 t = 0.0
                 for m in range(d):
                     t += rec[dd + i * d + m] * Phi[k, m, l]
                 AP[i, l] = t
-        for i in range(d):
-            for l in range(i + 1):
+        at = d
+        for l in range(d):
+            for a in range(l, d):
                 t = 0.0
                 for m in range(d):
-                    t += AP[i, m] * rec[dd + l * d + m]
-                v = s2 * 0.5 * (rec[i * d + l] + rec[l * d + i]) + t
-                cache[k, d + i * d + l] = v
-                cache[k, d + l * d + i] = v
+                    t += AP[l, m] * rec[dd + a * d + m]
+                v = s2 * 0.5 * (rec[l * d + a] + rec[a * d + l]) + t
+                cache[at, k] = v if a == l else 2.0 * v
+                at += 1
         dirty[k] = False
 
 
+@njit(**_JIT)
+def cache_width(d):
+    """Values per arm of the empty-instance score terms (:func:`refresh_empty_scores`)."""
+    return d + d * (d + 1) // 2
+
+
 @njit(inline="always", **_JIT)
-def request_moments(d, x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c):
+def request_moments(d, x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c, w):
     """μ̂ (5.1) and τ (5.2) of every arm for instance ``j`` (−1: an instance without state)
-    and context ``x`` into ``mu``, ``tau``; ``u``, ``c``: (d,) scratch.
+    and context ``x`` into ``mu``, ``tau``; ``u``, ``c`` (d,) and ``w`` (d(d + 1)/2,) scratch.
 
     From the record of a pair with data, with c = C̃x and u = Aᵀx: xᵀβ̂ = u·β̂₀ + c·b and
-    τ² = σ² x·c + uᵀΦu (maths §5; C̃ and Φ symmetric, so every inner loop runs along a row).
-    For a pair without data, xᵀm₀ and xᵀC₀x from the arm's empty-instance terms ``cache``,
-    which must be current (:func:`refresh_empty_scores`). ``d`` = ``x.shape[0]``, a
-    compile-time constant in the kernels of :func:`for_dimension`."""
+    τ² = uᵀΦu + σ² x·c (maths §5; C̃ and Φ symmetric, so every inner loop runs along a row,
+    vectorised over independent sums).
+    For a pair without data, xᵀm₀ and xᵀC₀x = w·(packed C₀) with w the products x_l x_a,
+    l ≤ a, formed once per request, from the arm's empty-instance terms ``cache``, which must
+    be current (:func:`refresh_empty_scores`). ``d`` = ``x.shape[0]``, a compile-time
+    constant in the kernels of :func:`for_dimension`."""
     Kn = slot.shape[1]
     dd = d * d
+    at = 0
+    for l in range(d):
+        for a in range(l, d):
+            w[at] = x[l] * x[a]
+            at += 1
+    nw = at
+    empty = 0
+    for k in range(Kn):
+        if j < 0 or slot[j, k] < 0:
+            empty += 1
+    wide = 2 * empty > Kn
+    if wide:
+        # most arms without data: their sums for every arm in one pass along the rows of the
+        # cache (arms are its columns, so the inner loops vectorise), into mu and tau
+        for k in range(Kn):
+            mu[k] = 0.0
+            tau[k] = 0.0
+        for l in range(d):
+            xl = x[l]
+            for k in range(Kn):
+                mu[k] += xl * cache[l, k]
+        for a in range(nw):
+            wa = w[a]
+            for k in range(Kn):
+                tau[k] += wa * cache[d + a, k]
     for k in range(Kn):
         s = slot[j, k] if j >= 0 else -1
         m = 0.0
@@ -227,13 +266,14 @@ def request_moments(d, x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44,
                     t += Phi[k, l, a] * u[a]
                 v += u[l] * t
             v += sigma2[k] * q
-        else:
+        elif wide:
+            m = mu[k]
+            v = tau[k]
+        else:  # the same sums, in the same order, for this arm alone
             for l in range(d):
-                m += x[l] * cache[k, l]
-                t = 0.0
-                for a in range(d):
-                    t += cache[k, d + l * d + a] * x[a]
-                v += x[l] * t
+                m += x[l] * cache[l, k]
+            for a in range(nw):
+                v += w[a] * cache[d + a, k]
         mu[k] = m
         tau[k] = np.sqrt(v) if v > 0.0 else 0.0
     if literal_44:  # outside the loop: a branch inside it cost 40 % of the kernel's time
@@ -296,10 +336,11 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
     def score_pairs(X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU, TAU):
         u = np.empty(d)
         c = np.empty(d)
+        w = np.empty(d * (d + 1) // 2)
         for i in range(X.shape[0]):
             request_moments(
                 d, X[i], J[i], slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU[i], TAU[i],
-                u, c,
+                u, c, w,
             )  # fmt: skip
 
     @njit(**_JIT)
@@ -310,13 +351,14 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
         Kn = slot.shape[1]
         u = np.empty(d)
         c = np.empty(d)
+        w = np.empty(d * (d + 1) // 2)
         mu = np.empty(Kn)
         tau = np.empty(Kn)
         is_ts = Z.shape[0] > 0
         has_mask = mask.shape[0] > 0
         for i in range(lo, hi):
             request_moments(
-                d, X[i], J[i], slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c
+                d, X[i], J[i], slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c, w
             )
             a = alpha[i]
             row = scores[i]

@@ -134,6 +134,7 @@ def _ebm_run(
     tau = np.empty(Kn)
     u = np.empty(X.shape[1])
     c = np.empty(X.shape[1])
+    w = np.empty(X.shape[1] * (X.shape[1] + 1) // 2)
     scratch = np.empty((5, X.shape[1]))
     t = t0
     for step in range(T):
@@ -150,8 +151,9 @@ def _ebm_run(
         if k < 0:
             refresh_empty_scores(empty, beta0, Phi, sigma2, cache, dirty)
             request_moments(
-                x.shape[0], x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c
-            )
+                x.shape[0], x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u,
+                c, w,
+            )  # fmt: skip
             alpha = alpha_tab[t + 1] if clock_global else alpha_tab[arrivals[j] + 1]
             if is_ts:
                 z = ts_rng.standard_normal(Kn)

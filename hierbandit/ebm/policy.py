@@ -475,9 +475,9 @@ class EbmPolicy(Policy):
     def _empty_terms(self) -> np.ndarray:
         """The empty-instance score terms of every arm, current
         (:func:`~hierbandit.ebm._pairs.refresh_empty_scores` on the arms marked since)."""
-        Kn, d = self.n_arms, self.n_features
-        if self._empty_scores.shape != (Kn, d + d * d) or self._empty_dirty.shape != (Kn,):
-            self._empty_scores = np.zeros((Kn, d + d * d))
+        Kn, width = self.n_arms, int(PR.cache_width(self.n_features))
+        if self._empty_scores.shape != (width, Kn) or self._empty_dirty.shape != (Kn,):
+            self._empty_scores = np.zeros((width, Kn))
             self._empty_dirty = np.ones(Kn, dtype=bool)
         PR.refresh_empty_scores(
             self._empty, self._beta0, self._Phi, self.sigma2, self._empty_scores, self._empty_dirty
