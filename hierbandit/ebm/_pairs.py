@@ -35,8 +35,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import llvmlite.binding as llvm
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from hierbandit.stats import kernels as K
 
@@ -48,6 +52,8 @@ __all__ = [
     "for_dimension",
     "gather_arm",
     "pair_moments",
+    "prefetch_request",
+    "prefetch_row",
     "record_width",
     "refresh_empty_scores",
     "refresh_pair",
@@ -57,6 +63,49 @@ __all__ = [
 ]
 
 _JIT = {"cache": True, "nogil": True}
+#: the hot kernels: IEEE division without numba's zero-divisor check, whose branch kept the
+#: loops from vectorising (every divisor there is a variance or a Sherman–Morrison denominator,
+#: checked positive before it divides; the results are the same)
+_HOT = {**_JIT, "error_model": "numpy"}
+
+#: the name of LLVM's prefetch intrinsic (its pointer type in the name since pointers are opaque)
+_PREFETCH = "llvm.prefetch.p0" if llvm.llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
+
+
+@intrinsic
+def _prefetch(typingctx, arr, row, col):
+    """Ask the processor to bring the cache line of ``arr[row, col]`` (a 2-D array) near: a
+    hint, which changes no value (LLVM's ``llvm.prefetch``, read, high locality)."""
+    sig = types.void(arr, row, col)
+
+    def codegen(context, builder, signature, args):
+        arrty = signature.args[0]
+        ary = context.make_array(arrty)(context, builder, args[0])
+        idx = [context.cast(builder, args[i], signature.args[i], types.intp) for i in (1, 2)]
+        ptr = cgutils.get_item_pointer(context, builder, arrty, ary, idx, wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH)
+        builder.call(
+            fn,
+            [
+                builder.bitcast(ptr, i8p),
+                ir.Constant(i32, 0),
+                ir.Constant(i32, 3),
+                ir.Constant(i32, 1),
+            ],
+        )
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(inline="always", **_JIT)
+def prefetch_row(arr, row, stop):
+    """:func:`_prefetch` every cache line (8 float64) of ``arr[row, :stop]``."""
+    for col in range(0, stop, 8):
+        _prefetch(arr, row, col)
 
 
 @njit(**_JIT)
@@ -203,7 +252,7 @@ def cache_width(d):
     return d + d * (d + 1) // 2
 
 
-@njit(inline="always", **_JIT)
+@njit(inline="always", **_HOT)
 def request_moments(d, x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c, w):
     """μ̂ (5.1) and τ (5.2) of every arm for instance ``j`` (−1: an instance without state)
     and context ``x`` into ``mu``, ``tau``; ``u``, ``c`` (d,) and ``w`` (d(d + 1)/2,) scratch.
@@ -281,6 +330,20 @@ def request_moments(d, x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44,
             mu[k] = mu[k] / sigma2[k]
 
 
+@njit(inline="always", **_HOT)
+def prefetch_request(slot, pairs, J, i, hi, stop):
+    """Hints for the requests ahead of request ``i`` (of those before ``hi``): the index row of
+    request i + 8, and the first ``stop`` values of the records of request i + 4's pairs."""
+    if i + 8 < hi and J[i + 8] >= 0:
+        _prefetch(slot, J[i + 8], 0)
+    if i + 4 < hi and J[i + 4] >= 0:
+        j = J[i + 4]
+        for k in range(slot.shape[1]):
+            s = slot[j, k]
+            if s >= 0:
+                prefetch_row(pairs, s, stop)
+
+
 @njit(**_JIT)
 def argmax_first(s):
     """NumPy's argmax of ``s`` (the first maximum; the first NaN if there is one) and whether
@@ -332,18 +395,19 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
     operations.
     """
 
-    @njit(**_JIT)
+    @njit(**_HOT)
     def score_pairs(X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU, TAU):
         u = np.empty(d)
         c = np.empty(d)
         w = np.empty(d * (d + 1) // 2)
         for i in range(X.shape[0]):
+            prefetch_request(slot, pairs, J, i, X.shape[0], 2 * d * d + d)
             request_moments(
                 d, X[i], J[i], slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU[i], TAU[i],
                 u, c, w,
             )  # fmt: skip
 
-    @njit(**_JIT)
+    @njit(**_HOT)
     def choose(
         lo, hi, X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, alpha, Z, mask, out,
         tie, scores,
@@ -357,6 +421,7 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
         is_ts = Z.shape[0] > 0
         has_mask = mask.shape[0] > 0
         for i in range(lo, hi):
+            prefetch_request(slot, pairs, J, i, hi, 2 * d * d + d)
             request_moments(
                 d, X[i], J[i], slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c, w
             )
@@ -371,7 +436,7 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
                     row[k] = -np.inf
             out[i], tie[i] = argmax_first(row)
 
-    @njit(**_JIT)
+    @njit(**_HOT)
     def combine(lo, hi, MU, TAU, alpha, Z, mask, out, tie, scores):
         Kn = MU.shape[1]
         is_ts = Z.shape[0] > 0
@@ -391,36 +456,40 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
     return score_pairs, choose, combine
 
 
-@njit(**_JIT)
-def sherman_morrison_pair(x, y, pairs, s, P, r, Phi, beta0, sigma2, k, buf):
+@njit(inline="always", **_HOT)
+def sherman_morrison_pair(d, x, y, pairs, s, P, r, Phi, beta0, sigma2, k, buf):
     """:func:`~hierbandit.stats.kernels.sherman_morrison_at` on the record of slot ``s`` (arm
     k): the O(d²) rank-one step in place, same arithmetic; False (nothing changed) where a
-    denominator is out of range."""
-    d = x.shape[0]
+    denominator is out of range. ``d`` = ``x.shape[0]`` (a constant where the caller is
+    compiled for one d, :func:`hierbandit.ebm._rows.rows_for_dimension`)."""
     oA = d * d
     ob = 2 * d * d
     oG = ob + d
     cx, ax, u, Pu, old_r = buf[0], buf[1], buf[2], buf[3], buf[4]
-    s_ = 1.0
+    # every matrix-vector product accumulates each entry in the order of sherman_morrison_at
+    # (m = 0 … d − 1), with the loops interchanged so that the d sums run side by side
+    # (independent, so vectorised) instead of one after another: the same bits, faster
     for i in range(d):
-        c = 0.0
-        a = 0.0
-        for m in range(d):
-            c += pairs[s, i * d + m] * x[m]
-            a += pairs[s, oA + m * d + i] * x[m]
-        cx[i] = c
-        ax[i] = a
+        cx[i] = 0.0
+        ax[i] = 0.0
+    for m in range(d):
+        xm = x[m]
+        for i in range(d):
+            cx[i] += pairs[s, i * d + m] * xm
+            ax[i] += pairs[s, oA + m * d + i] * xm
+    s_ = 1.0
     for i in range(d):
         s_ += x[i] * cx[i]
     for i in range(d):
         u[i] = ax[i] / sigma2
+        Pu[i] = 0.0
+    for m in range(d):
+        um = u[m]
+        for i in range(d):
+            Pu[i] += Phi[k, i, m] * um
     uPu = 0.0
     for i in range(d):
-        t = 0.0
-        for m in range(d):
-            t += Phi[k, i, m] * u[m]
-        Pu[i] = t
-        uPu += u[i] * t
+        uPu += u[i] * Pu[i]
     good = 0.5 <= s_ <= K.EBM_SM_LIMIT
     c = 0.0
     den = 0.0
@@ -431,39 +500,55 @@ def sherman_morrison_pair(x, y, pairs, s, P, r, Phi, beta0, sigma2, k, buf):
     if not good:
         return False
     for i in range(d):
-        t = 0.0
-        for m in range(d):
-            t += pairs[s, oA + m * d + i] * pairs[s, ob + m]
-        old_r[i] = t / sigma2
+        old_r[i] = 0.0
+    for m in range(d):
+        bm = pairs[s, ob + m]
+        for i in range(d):
+            old_r[i] += pairs[s, oA + m * d + i] * bm
+    for i in range(d):
+        old_r[i] = old_r[i] / sigma2
     for i in range(d):
         pairs[s, ob + i] += x[i] * y
         for m in range(d):
             pairs[s, oG + i * d + m] += x[i] * x[m]
+    # C̃ and Φ: the upper triangle, then mirrored (the values of sherman_morrison_at, in
+    # loops without a branch or a strided write, which vectorise)
     for i in range(d):
+        ci = cx[i]
+        for m in range(i, d):
+            pairs[s, i * d + m] = pairs[s, i * d + m] - ci * cx[m] / s_
+    for i in range(d):
+        for m in range(i):
+            pairs[s, i * d + m] = pairs[s, m * d + i]
+    for i in range(d):
+        ci = cx[i]
         for m in range(d):
-            if m >= i:
-                v = pairs[s, i * d + m] - cx[i] * cx[m] / s_
-                pairs[s, i * d + m] = v
-                pairs[s, m * d + i] = v
-            pairs[s, oA + i * d + m] -= cx[i] * ax[m] / s_
+            pairs[s, oA + i * d + m] -= ci * ax[m] / s_
     for i in range(d):
         for m in range(d):
             P[k, i, m] += c * u[i] * u[m]
     for i in range(d):
+        pi = Pu[i]
         for m in range(i, d):
-            v = Phi[k, i, m] - c * Pu[i] * Pu[m] / den
-            Phi[k, i, m] = v
-            Phi[k, m, i] = v
+            Phi[k, i, m] = Phi[k, i, m] - c * pi * Pu[m] / den
     for i in range(d):
-        t = 0.0
-        for m in range(d):
-            t += pairs[s, oA + m * d + i] * pairs[s, ob + m]
-        r[k, i] += t / sigma2 - old_r[i]
+        for m in range(i):
+            Phi[k, i, m] = Phi[k, m, i]
+    # r += (new A)ᵀb/σ² − old term: the new sums into cx (free now), then as before
     for i in range(d):
-        t = 0.0
-        for m in range(d):
-            t += Phi[k, i, m] * r[k, m]
-        beta0[k, i] = t
+        cx[i] = 0.0
+    for m in range(d):
+        bm = pairs[s, ob + m]
+        for i in range(d):
+            cx[i] += pairs[s, oA + m * d + i] * bm
+    for i in range(d):
+        r[k, i] += cx[i] / sigma2 - old_r[i]
+    for i in range(d):
+        beta0[k, i] = 0.0
+    for m in range(d):
+        rm = r[k, m]
+        for i in range(d):
+            beta0[k, i] += Phi[k, i, m] * rm
     return True
 
 

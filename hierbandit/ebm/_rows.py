@@ -15,6 +15,9 @@ own generator (numba's ``Generator`` methods share its state and reproduce NumPy
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -28,6 +31,7 @@ __all__ = [
     "reestimate_due",
     "reestimate_pairs",
     "reestimate_slots",
+    "rows_for_dimension",
     "update_row",
 ]
 
@@ -142,19 +146,19 @@ def recompute_pairs(k, n, state):
     state[16][k] = 0
 
 
-@njit(**_JIT)
-def update_row(j, x, k, y, n, state, options, cv_rng, scratch):
+@njit(inline="always", **_JIT)
+def update_row(d, j, x, k, y, n, state, options, cv_rng, scratch):
     """One row of ``EbmPolicy._update`` (the caller increments t). ``n``: instances in state
     (the arrays may hold more rows, unused); ``state``: the arrays of
     :meth:`~hierbandit.ebm.policy.EbmPolicy._row_state`, in its order (``pairs`` must have a
     free slot when the pair (j, k) has none yet); ``options``: those of
     :meth:`~hierbandit.ebm.policy.EbmPolicy._row_options`; ``scratch``: (5, d) work space of
-    the rank-one step, allocated once by the caller."""
+    the rank-one step, allocated once by the caller; ``d`` = ``x.shape[0]`` (a constant in
+    the kernels of :func:`rows_for_dimension`)."""
     slot, pairs, n_pairs, empty, Sigma, sigma2 = state[:6]
     P, r, Phi, beta0, P0 = state[8:13]
     pulls, arrivals, rank_one_count, since = state[14:]
     estimates_any, _need_u, every, budget, recompute_every = options[:5]
-    d = x.shape[0]
     dd = d * d
     oG, oq = 2 * dd + d, 3 * dd + d
     s = slot[j, k]
@@ -178,7 +182,7 @@ def update_row(j, x, k, y, n, state, options, cv_rng, scratch):
     else:
         # the O(d²) step in place, or, where it is ill-conditioned, the O(d³) refresh of the
         # pair's blocks (kernels.observe_row); never O(n)
-        if not PR.sherman_morrison_pair(x, y, pairs, s, P, r, Phi, beta0, sigma2[k], k, scratch):
+        if not PR.sherman_morrison_pair(d, x, y, pairs, s, P, r, Phi, beta0, sigma2[k], k, scratch):
             PR.refresh_pair(x, y, pairs, s, P, r, Phi, beta0, Sigma, sigma2, P0, k)
         rank_one_count[k] += 1
         # the periodic recomputation bounds the rounding the incremental steps accumulate
@@ -195,10 +199,42 @@ def apply_rows(J, X, arms, Y, n0, state, options, cv_rng):
     pair they give its first row (the caller grows them).
     """
     n = n0
-    scratch = np.empty((5, X.shape[1]))
+    d = X.shape[1]
+    scratch = np.empty((5, d))
     for i in range(J.shape[0]):
         j = J[i]
         if j == n:
             n += 1
-        update_row(j, X[i], arms[i], Y[i], n, state, options, cv_rng, scratch)
+        update_row(d, j, X[i], arms[i], Y[i], n, state, options, cv_rng, scratch)
     return n
+
+
+@functools.cache
+def rows_for_dimension(d: int) -> Any:
+    """:func:`apply_rows` compiled for contexts of dimension ``d``, a constant of the code (the
+    d×d loops of the rank-one step unrolled); the same arithmetic, so the same state."""
+
+    width = 3 * d * d + d + 2
+
+    @njit(**PR._HOT)
+    def apply_rows_d(J, X, arms, Y, n0, state, options, cv_rng):
+        slot, pairs = state[0], state[1]
+        n = n0
+        B = J.shape[0]
+        scratch = np.empty((5, d))
+        for i in range(B):
+            # the index entries of the rows 8 ahead and the records of the rows 4 ahead
+            # fetched while this row is computed (random accesses, hints only)
+            if i + 8 < B and J[i + 8] < slot.shape[0]:
+                PR._prefetch(slot, J[i + 8], arms[i + 8])
+            if i + 4 < B and J[i + 4] < slot.shape[0]:
+                s = slot[J[i + 4], arms[i + 4]]
+                if s >= 0:
+                    PR.prefetch_row(pairs, s, width)
+            j = J[i]
+            if j == n:
+                n += 1
+            update_row(d, j, X[i], arms[i], Y[i], n, state, options, cv_rng, scratch)
+        return n
+
+    return apply_rows_d

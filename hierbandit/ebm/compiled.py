@@ -167,7 +167,7 @@ def _ebm_run(
         y = R[step, k]
         # ---- _update
         t += 1
-        update_row(j, x, k, y, N, state, options, cv_rng, scratch)
+        update_row(x.shape[0], j, x, k, y, N, state, options, cv_rng, scratch)
         dirty[k] = True
     return t
 

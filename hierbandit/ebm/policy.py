@@ -691,9 +691,11 @@ class EbmPolicy(Policy):
         the loop of :meth:`_update`."""
         self._reserve_rows(J, Karr)
         state = self._row_state()
-        self.n_instances = _rows.apply_rows(
-            J, X, Karr, Y, self.n_instances, state, self._row_options(), self._cv_rng
-        )
+        apply_rows = _rows.rows_for_dimension(self.n_features)
+        self.n_instances = apply_rows(
+            J, np.ascontiguousarray(X), Karr, Y, self.n_instances, state, self._row_options(),
+            self._cv_rng,
+        )  # fmt: skip
         self._rows_applied(state)
         self._changed()
         self.t += int(J.shape[0])
