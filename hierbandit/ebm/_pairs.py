@@ -49,11 +49,13 @@ __all__ = [
     "arm_slots",
     "cache_width",
     "empty_record",
+    "far_records",
     "for_dimension",
     "gather_arm",
     "pair_moments",
     "prefetch_request",
     "prefetch_row",
+    "record_views",
     "record_width",
     "refresh_empty_scores",
     "refresh_pair",
@@ -133,6 +135,17 @@ def views(rec: np.ndarray, d: int) -> dict[str, np.ndarray]:
         "G": rec[..., o["G"] : o["G"] + dd].reshape((*lead, d, d)),
         "q": rec[..., o["q"]],
         "n": rec[..., o["n"]],
+    }
+
+
+def record_views(row: np.ndarray, d: int) -> dict[str, np.ndarray]:
+    """Views ``Ct``, ``A``, ``G`` (d, d) and ``b`` (d,) of one record ``row`` (W,)."""
+    dd = d * d
+    return {
+        "Ct": row[:dd].reshape(d, d),
+        "A": row[dd : 2 * dd].reshape(d, d),
+        "b": row[2 * dd : 2 * dd + d],
+        "G": row[2 * dd + d : 3 * dd + d].reshape(d, d),
     }
 
 
@@ -368,9 +381,20 @@ def argmax_first(s):
     return k, ties > 1
 
 
+#: records beyond this many bytes are prefetched ahead of use (a few times a core's cache)
+FAR_BYTES = 16 * 2**20
+
+
+def far_records(pairs: np.ndarray) -> bool:
+    """Whether the records are too many to stay in the cache, so that prefetching the next
+    requests' records pays (:data:`FAR_BYTES`)."""
+    return pairs.nbytes > FAR_BYTES
+
+
 @functools.cache
-def for_dimension(d: int) -> tuple[Any, Any, Any]:
-    """``(score_pairs, choose, combine)`` compiled for contexts of dimension ``d``.
+def for_dimension(d: int) -> tuple[Any, Any, Any, Any]:
+    """``(score_pairs, choose, combine, choose_one)`` compiled for contexts of dimension
+    ``d``.
 
     ``d`` is a constant of the compiled code, so that the d×d loops of
     :func:`request_moments` have constant bounds and are unrolled: 2.3 times faster at d = 3
@@ -379,12 +403,15 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
     whatever d is known as, so the results are too (the compiled loop of
     :mod:`hierbandit.ebm.compiled` reads d from the arrays and makes the same decisions).
 
-    ``score_pairs(X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU, TAU)``:
+    ``score_pairs(X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU, TAU, far)``:
     :func:`request_moments` of B requests (instance ``J[i]``, context ``X[i]``) into
-    ``MU[i]``, ``TAU[i]``.
+    ``MU[i]``, ``TAU[i]``; with ``far`` (the records do not fit in the cache,
+    :func:`far_records`), the records of the requests ahead are prefetched
+    (:func:`prefetch_request`, hints that change no value: where the records are in the cache
+    they cost more than the scoring at d = 3).
 
     ``choose(lo, hi, X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, alpha, Z, mask,
-    out, tie, scores)``: the decisions of requests ``lo`` ≤ i < ``hi``: score
+    out, tie, scores, far)``: the decisions of requests ``lo`` ≤ i < ``hi``: score
     s_k = μ̂_k + (α_i τ_k)·Z[i, k] (Thompson sampling; UCB when ``Z`` has no rows:
     s_k = μ̂_k + α_i τ_k), −inf outside ``mask[i]`` (when ``mask`` has rows), into
     ``scores[i]``; the first maximum into ``out[i]`` and whether it is tied into ``tie[i]``
@@ -393,15 +420,20 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
     ``combine(lo, hi, MU, TAU, alpha, Z, mask, out, tie, scores)``: the second half of
     ``choose`` from moments ``MU``, ``TAU`` computed before (by ``score_pairs``), the same
     operations.
+
+    ``choose_one(x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, a, z, row) ->
+    (k, tied)``: ``choose`` for one request without a mask (``z``: its K normals, or none),
+    the scores into ``row``: a single decision without a batch's arrays.
     """
 
     @njit(**_HOT)
-    def score_pairs(X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU, TAU):
+    def score_pairs(X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU, TAU, far):
         u = np.empty(d)
         c = np.empty(d)
         w = np.empty(d * (d + 1) // 2)
         for i in range(X.shape[0]):
-            prefetch_request(slot, pairs, J, i, X.shape[0], 2 * d * d + d)
+            if far:
+                prefetch_request(slot, pairs, J, i, X.shape[0], 2 * d * d + d)
             request_moments(
                 d, X[i], J[i], slot, pairs, cache, beta0, Phi, sigma2, literal_44, MU[i], TAU[i],
                 u, c, w,
@@ -410,7 +442,7 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
     @njit(**_HOT)
     def choose(
         lo, hi, X, J, slot, pairs, cache, beta0, Phi, sigma2, literal_44, alpha, Z, mask, out,
-        tie, scores,
+        tie, scores, far,
     ):  # fmt: skip
         Kn = slot.shape[1]
         u = np.empty(d)
@@ -421,7 +453,8 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
         is_ts = Z.shape[0] > 0
         has_mask = mask.shape[0] > 0
         for i in range(lo, hi):
-            prefetch_request(slot, pairs, J, i, hi, 2 * d * d + d)
+            if far:
+                prefetch_request(slot, pairs, J, i, hi, 2 * d * d + d)
             request_moments(
                 d, X[i], J[i], slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c, w
             )
@@ -453,7 +486,26 @@ def for_dimension(d: int) -> tuple[Any, Any, Any]:
                     row[k] = -np.inf
             out[i], tie[i] = argmax_first(row)
 
-    return score_pairs, choose, combine
+    @njit(**_HOT)
+    def choose_one(x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, a, z, row):
+        Kn = slot.shape[1]
+        u = np.empty(d)
+        c = np.empty(d)
+        w = np.empty(d * (d + 1) // 2)
+        mu = np.empty(Kn)
+        tau = np.empty(Kn)
+        request_moments(
+            d, x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u, c, w
+        )
+        is_ts = z.shape[0] > 0
+        for k in range(Kn):
+            if is_ts:
+                row[k] = mu[k] + a * tau[k] * z[k]
+            else:
+                row[k] = mu[k] + a * tau[k]
+        return argmax_first(row)
+
+    return score_pairs, choose, combine, choose_one
 
 
 @njit(inline="always", **_HOT)

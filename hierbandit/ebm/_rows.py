@@ -212,22 +212,25 @@ def apply_rows(J, X, arms, Y, n0, state, options, cv_rng):
 @functools.cache
 def rows_for_dimension(d: int) -> Any:
     """:func:`apply_rows` compiled for contexts of dimension ``d``, a constant of the code (the
-    d×d loops of the rank-one step unrolled); the same arithmetic, so the same state."""
+    d×d loops of the rank-one step unrolled); the same arithmetic, so the same state. Its last
+    argument ``far`` (:func:`~hierbandit.ebm._pairs.far_records`) prefetches the records of
+    the rows ahead."""
 
     width = 3 * d * d + d + 2
 
     @njit(**PR._HOT)
-    def apply_rows_d(J, X, arms, Y, n0, state, options, cv_rng):
+    def apply_rows_d(J, X, arms, Y, n0, state, options, cv_rng, far):
         slot, pairs = state[0], state[1]
         n = n0
         B = J.shape[0]
         scratch = np.empty((5, d))
         for i in range(B):
             # the index entries of the rows 8 ahead and the records of the rows 4 ahead
-            # fetched while this row is computed (random accesses, hints only)
-            if i + 8 < B and J[i + 8] < slot.shape[0]:
+            # fetched while this row is computed (random accesses, hints only), when the
+            # records do not fit in the cache (far)
+            if far and i + 8 < B and J[i + 8] < slot.shape[0]:
                 PR._prefetch(slot, J[i + 8], arms[i + 8])
-            if i + 4 < B and J[i + 4] < slot.shape[0]:
+            if far and i + 4 < B and J[i + 4] < slot.shape[0]:
                 s = slot[J[i + 4], arms[i + 4]]
                 if s >= 0:
                     PR.prefetch_row(pairs, s, width)

@@ -208,6 +208,7 @@ def _ebm_run_policy(policy: Any, inst: np.ndarray, X: np.ndarray, R: np.ndarray,
         p._cv_rng,
     )
     p._rows_applied(state)
+    p._empty_stale = True
 
 
 # ---------------------------------------------------------------------- LinUCB / LinTS

@@ -58,6 +58,7 @@ _DENSE = ("G", "b", "q", "n_obs", "_Ct", "_A")
 #: Z and mask of :func:`~hierbandit.ebm._pairs.choose` when there is none (UCB; all arms)
 _NO_ROWS = np.zeros((0, 0))
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
+_NO_Z = np.zeros(0)
 #: fewest requests worth a thread of their own in a batch of decisions
 _THREAD_CHUNK = 2048
 #: the arrays of :attr:`EbmPolicy.added_arms`
@@ -167,6 +168,8 @@ class EbmPolicy(Policy):
         **Policy._checkpoint_transient,
         "_empty_scores": lambda: np.zeros((0, 0)),
         "_empty_dirty": lambda: np.zeros(0, dtype=bool),
+        "_empty_stale": lambda: True,
+        "_pair_spare": lambda: None,
     }
     #: derived from ``eb_options`` since (``_eb_args``), the dense layout (converted), and
     #: the scratch buffers of single decisions older versions kept (``_mu``, ``_tau``)
@@ -310,6 +313,8 @@ class EbmPolicy(Policy):
         self._since_estimate = np.zeros(Kn, dtype=np.int64)
         self._empty_scores = np.zeros((0, 0))
         self._empty_dirty = np.zeros(0, dtype=bool)
+        self._empty_stale = True  # some arm of _empty_dirty may be marked
+        self._pair_spare = None  # the buffer behind _pairs (_pair_buffer)
         for k in range(Kn):
             PR.empty_record(self.Sigma[k], self.sigma2[k], self._empty[k])
             self._recompute_arm(k)
@@ -360,17 +365,11 @@ class EbmPolicy(Policy):
         return int(self._pairs.shape[0])
 
     def _pair_buffer(self) -> np.ndarray:
-        """The buffer whose leading rows ``_pairs`` is: spare rows for new pairs' records, kept
-        out of the state (a checkpoint, a copy or a comparison sees the records in use)."""
-        buf = self._pairs.base
-        if (
-            isinstance(buf, np.ndarray)
-            and buf.ndim == 2
-            and buf.flags.c_contiguous
-            and buf.flags.writeable
-            and buf.shape[1] == self._pairs.shape[1]
-            and buf.__array_interface__["data"][0] == self._pairs.__array_interface__["data"][0]
-        ):
+        """The buffer whose leading rows ``_pairs`` is (``_pair_spare``): spare rows for new
+        pairs' records, kept out of the state (a checkpoint, a copy or a comparison sees the
+        records in use); ``_pairs`` itself when it is not a view of it (restored, copied)."""
+        buf = self._pair_spare
+        if buf is not None and self._pairs.base is buf:
             return buf
         return self._pairs
 
@@ -475,6 +474,8 @@ class EbmPolicy(Policy):
     def _empty_terms(self) -> np.ndarray:
         """The empty-instance score terms of every arm, current
         (:func:`~hierbandit.ebm._pairs.refresh_empty_scores` on the arms marked since)."""
+        if not self._empty_stale:
+            return self._empty_scores
         Kn, width = self.n_arms, int(PR.cache_width(self.n_features))
         if self._empty_scores.shape != (width, Kn) or self._empty_dirty.shape != (Kn,):
             self._empty_scores = np.zeros((width, Kn))
@@ -482,18 +483,41 @@ class EbmPolicy(Policy):
         PR.refresh_empty_scores(
             self._empty, self._beta0, self._Phi, self.sigma2, self._empty_scores, self._empty_dirty
         )
+        self._empty_stale = False
         return self._empty_scores
 
     def _changed(self, k: int | None = None) -> None:
         """Arm k's shared posterior or hyperparameters changed (None: any arm may have)."""
         if self._empty_dirty.shape == (self.n_arms,):
             self._empty_dirty[slice(None) if k is None else k] = True
+        self._empty_stale = True
 
     def _select(self, j: int, x: np.ndarray) -> int:
         forced = self._forced_arm(j)
         if forced >= 0:
             return forced
-        return int(self._choose(np.array([j], dtype=np.int64), x[None, :], None)[0])
+        # one request: the kernel of a batch's request (the same operations), called directly
+        Kn = self.n_arms
+        z = self._ts_rng.standard_normal(Kn) if self.exploration == "ts" else _NO_Z
+        scores = np.empty(Kn)
+        k, tied = PR.for_dimension(self.n_features)[3](
+            x,
+            j,
+            self._pair_slot,
+            self._pairs,
+            self._empty_terms(),
+            self._beta0,
+            self._Phi,
+            self.sigma2,
+            self._literal_44,
+            self._alpha(j),
+            z,
+            scores,
+        )
+        if tied and self.tie_break == "random":
+            idx = np.flatnonzero(scores == scores[k])
+            k = int(idx[self._tie_rng.integers(idx.size)])
+        return int(k)
 
     def _alphas(self, J: np.ndarray) -> np.ndarray:
         """α_t of every request (:meth:`_alpha`, the same floating-point operations)."""
@@ -533,26 +557,30 @@ class EbmPolicy(Policy):
         tie = np.empty(n, dtype=np.bool_)
         scores = np.empty((n, Kn))
         state = (self._pair_slot, self._pairs, cache, self._beta0, self._Phi, self.sigma2)
-        score_pairs, choose, combine = PR.for_dimension(self.n_features)
+        score_pairs, choose, combine, _ = PR.for_dimension(self.n_features)
         if self.exploration == "ts" and n >= _THREAD_CHUNK and serving_threads() > 1:
             # the Thompson normals are drawn on a helper thread while this one scores
             Z = np.empty((n, Kn))
             drawn = beside(self._ts_rng.standard_normal, out=Z)
             MU, TAU = np.empty((n, Kn)), np.empty((n, Kn))
             try:
-                score_pairs(X, J, *state, self._literal_44, MU, TAU)
+                score_pairs(X, J, *state, self._literal_44, MU, TAU, PR.far_records(self._pairs))
             finally:
                 drawn.result()
             combine(0, n, MU, TAU, alpha, Z, mask, out, tie, scores)
         else:
             Z = self._ts_rng.standard_normal((n, Kn)) if self.exploration == "ts" else _NO_ROWS
-            args = (X, J, *state, self._literal_44, alpha, Z, mask, out, tie, scores)
-            over_threads_now(
-                lambda lo, hi: choose(lo, hi, *args),
-                n,
-                serving_threads(),
-                min_chunk=_THREAD_CHUNK,
-            )
+            far = PR.far_records(self._pairs)
+            args = (X, J, *state, self._literal_44, alpha, Z, mask, out, tie, scores, far)
+            if n < 2 * _THREAD_CHUNK:  # one slice: no thread machinery (single decisions)
+                choose(0, n, *args)
+            else:
+                over_threads_now(
+                    lambda lo, hi: choose(lo, hi, *args),
+                    n,
+                    serving_threads(),
+                    min_chunk=_THREAD_CHUNK,
+                )
         return out, tie, scores
 
     def _update(self, j: int, x: np.ndarray, k: int, y: float) -> None:
@@ -571,10 +599,12 @@ class EbmPolicy(Policy):
         self.pulls[k] += 1
         self._since_estimate[k] += 1
         self._changed(k)
-        o = PR.offsets(self.n_features)
-        self._pairs[s, o["q"]] += y * y
-        self._pairs[s, o["n"]] += 1.0
-        rec = PR.views(self._pairs[s], self.n_features)
+        d = self.n_features
+        row = self._pairs[s]
+        oq = 3 * d * d + d
+        row[oq] += y * y
+        row[oq + 1] += 1.0
+        rec = PR.record_views(row, d)
         if self._estimates_any and _rows.reestimate_due(
             self.pulls[k],
             self._since_estimate[k],
@@ -630,7 +660,7 @@ class EbmPolicy(Policy):
         """μ̂ and τ of every arm for requests (``J``, ``X``) into ``MU``, ``TAU`` (B, K); a pair
         without data (and every arm of ``J[i] = -1``, an instance without state) reads its
         arm's empty record."""
-        score_pairs, _, _ = PR.for_dimension(self.n_features)
+        score_pairs = PR.for_dimension(self.n_features)[0]
         score_pairs(
             np.ascontiguousarray(X),
             J,
@@ -643,6 +673,7 @@ class EbmPolicy(Policy):
             self._literal_44,
             MU,
             TAU,
+            False,
         )
 
     # ------------------------------------------------------------------ batches
@@ -694,7 +725,7 @@ class EbmPolicy(Policy):
         apply_rows = _rows.rows_for_dimension(self.n_features)
         self.n_instances = apply_rows(
             J, np.ascontiguousarray(X), Karr, Y, self.n_instances, state, self._row_options(),
-            self._cv_rng,
+            self._cv_rng, PR.far_records(self._pairs),
         )  # fmt: skip
         self._rows_applied(state)
         self._changed()
@@ -717,7 +748,7 @@ class EbmPolicy(Policy):
         used = self.n_pairs
         buf = np.zeros((max(n, cap + cap // 2, 16), self._pairs.shape[1]))
         buf[:used] = self._pairs
-        self._pairs = buf[:used]
+        self._pairs, self._pair_spare = buf[:used], buf
 
     def _row_state(self) -> tuple:
         """The arrays a row of feedback changes or reads, for :func:`_rows.update_row` (the
@@ -848,6 +879,7 @@ class EbmPolicy(Policy):
             self._empty = np.concatenate([self._empty, np.zeros((m, self._empty.shape[1]))])
             self.arms, self.n_arms, self.added_arms = labels, Kn + m, added
             self._empty_dirty = np.zeros(0, dtype=bool)  # the cache is rebuilt for K + m arms
+            self._empty_stale = True
             for k in range(Kn, Kn + m):
                 PR.empty_record(self.Sigma[k], self.sigma2[k], self._empty[k])
                 self._recompute_arm(k)
