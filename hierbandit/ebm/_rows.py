@@ -147,14 +147,15 @@ def recompute_pairs(k, n, state):
 
 
 @njit(inline="always", **_JIT)
-def update_row(d, j, x, k, y, n, state, options, cv_rng, scratch):
+def update_row(d, j, x, k, y, n, state, options, cv_rng, scratch, prepared=False):
     """One row of ``EbmPolicy._update`` (the caller increments t). ``n``: instances in state
     (the arrays may hold more rows, unused); ``state``: the arrays of
     :meth:`~hierbandit.ebm.policy.EbmPolicy._row_state`, in its order (``pairs`` must have a
     free slot when the pair (j, k) has none yet); ``options``: those of
     :meth:`~hierbandit.ebm.policy.EbmPolicy._row_options`; ``scratch``: (5, d) work space of
     the rank-one step, allocated once by the caller; ``d`` = ``x.shape[0]`` (a constant in
-    the kernels of :func:`rows_for_dimension`)."""
+    the kernels of :func:`rows_for_dimension`); ``prepared``: the row's slot and arrival were
+    done before (:func:`rows_for_dimension`'s ``prepare_rows``)."""
     slot, pairs, n_pairs, empty, Sigma, sigma2 = state[:6]
     P, r, Phi, beta0, P0 = state[8:13]
     pulls, arrivals, rank_one_count, since = state[14:]
@@ -162,12 +163,13 @@ def update_row(d, j, x, k, y, n, state, options, cv_rng, scratch):
     dd = d * d
     oG, oq = 2 * dd + d, 3 * dd + d
     s = slot[j, k]
-    if s < 0:  # the pair's first row: a slot, starting as the arm's empty record
-        s = n_pairs[0]
-        n_pairs[0] = s + 1
-        pairs[s, :] = empty[k, :]
-        slot[j, k] = s
-    arrivals[j] += 1
+    if not prepared:
+        if s < 0:  # the pair's first row: a slot, starting as the arm's empty record
+            s = n_pairs[0]
+            n_pairs[0] = s + 1
+            pairs[s, :] = empty[k, :]
+            slot[j, k] = s
+        arrivals[j] += 1
     pulls[k] += 1
     since[k] += 1
     pairs[s, oq] += y * y
@@ -210,11 +212,16 @@ def apply_rows(J, X, arms, Y, n0, state, options, cv_rng):
 
 
 @functools.cache
-def rows_for_dimension(d: int) -> Any:
-    """:func:`apply_rows` compiled for contexts of dimension ``d``, a constant of the code (the
-    d×d loops of the rank-one step unrolled); the same arithmetic, so the same state. Its last
-    argument ``far`` (:func:`~hierbandit.ebm._pairs.far_records`) prefetches the records of
-    the rows ahead."""
+def rows_for_dimension(d: int) -> tuple[Any, Any, Any]:
+    """``(apply_rows, prepare_rows, arm_rows)`` compiled for contexts of dimension ``d``, a
+    constant of the code (the d×d loops of the rank-one step unrolled); the same arithmetic,
+    so the same state.
+
+    ``apply_rows(J, X, arms, Y, n0, state, options, cv_rng, far)`` is :func:`apply_rows`; its
+    last argument (:func:`~hierbandit.ebm._pairs.far_records`) prefetches the records of the
+    rows ahead. ``prepare_rows`` then ``arm_rows`` on disjoint sets of arms give the same
+    state while no hyperparameter is re-estimated (EbmPolicy splits a batch over two threads
+    so)."""
 
     width = 3 * d * d + d + 2
 
@@ -240,4 +247,46 @@ def rows_for_dimension(d: int) -> Any:
             update_row(d, j, X[i], arms[i], Y[i], n, state, options, cv_rng, scratch)
         return n
 
-    return apply_rows_d
+    @njit(**PR._HOT)
+    def prepare_rows(J, arms, n0, state, n_at):
+        """The rows' bookkeeping that crosses arms, in order: new instances (``n_at[i]``, the
+        instances after row i), arrivals, and a slot for each pair at its first row."""
+        slot, pairs, n_pairs, empty, arrivals = state[0], state[1], state[2], state[3], state[15]
+        n = n0
+        for i in range(J.shape[0]):
+            j = J[i]
+            k = arms[i]
+            if j == n:
+                n += 1
+            n_at[i] = n
+            arrivals[j] += 1
+            if slot[j, k] < 0:
+                s = n_pairs[0]
+                n_pairs[0] = s + 1
+                pairs[s, :] = empty[k, :]
+                slot[j, k] = s
+        return n
+
+    @njit(**PR._HOT)
+    def arm_rows(lo, hi, J, X, arms, Y, n_at, state, options, cv_rng, far):
+        """The rows of arms ``lo`` ≤ k < ``hi``, in order, after :func:`prepare_rows`: arms
+        share nothing else while no hyperparameter is re-estimated (no draw from ``cv_rng``),
+        so two calls on disjoint arms can run on two threads."""
+        slot, pairs = state[0], state[1]
+        scratch = np.empty((5, d))
+        B = J.shape[0]
+        ahead = 0  # the next row of these arms beyond the current one, for the hints
+        for i in range(B):
+            k = arms[i]
+            if k < lo or k >= hi:
+                continue
+            if far:
+                if ahead <= i:
+                    ahead = i + 1
+                while ahead < B and (arms[ahead] < lo or arms[ahead] >= hi):
+                    ahead += 1
+                if ahead < B:
+                    PR.prefetch_row(pairs, slot[J[ahead], arms[ahead]], width)
+            update_row(d, J[i], X[i], k, Y[i], n_at[i], state, options, cv_rng, scratch, True)
+
+    return apply_rows_d, prepare_rows, arm_rows

@@ -722,11 +722,28 @@ class EbmPolicy(Policy):
         the loop of :meth:`_update`."""
         self._reserve_rows(J, Karr)
         state = self._row_state()
-        apply_rows = _rows.rows_for_dimension(self.n_features)
-        self.n_instances = apply_rows(
-            J, np.ascontiguousarray(X), Karr, Y, self.n_instances, state, self._row_options(),
-            self._cv_rng, PR.far_records(self._pairs),
-        )  # fmt: skip
+        X = np.ascontiguousarray(X)
+        apply_rows, prepare_rows, arm_rows = _rows.rows_for_dimension(self.n_features)
+        far = PR.far_records(self._pairs)
+        B, Kn = J.shape[0], self.n_arms
+        if not self._estimates_any and B >= 2 * _THREAD_CHUNK and Kn > 1 and serving_threads() > 1:
+            # no re-estimation (no draw, nothing shared between arms but the bookkeeping done
+            # first, in order): the arms split over two threads, rows in order within an arm
+            n_at = np.empty(B, dtype=np.int64)
+            n = prepare_rows(J, Karr, self.n_instances, state, n_at)
+            counts = np.cumsum(np.bincount(Karr, minlength=Kn))
+            cut = int(np.clip(np.searchsorted(counts, counts[-1] / 2), 1, Kn - 1))
+            args = (J, X, Karr, Y, n_at, state, self._row_options(), self._cv_rng, far)
+            other = beside(arm_rows, cut, Kn, *args)
+            try:
+                arm_rows(0, cut, *args)
+            finally:
+                other.result()
+            self.n_instances = n
+        else:
+            self.n_instances = apply_rows(
+                J, X, Karr, Y, self.n_instances, state, self._row_options(), self._cv_rng, far
+            )
         self._rows_applied(state)
         self._changed()
         self.t += int(J.shape[0])

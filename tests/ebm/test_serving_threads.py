@@ -83,3 +83,34 @@ def test_over_threads_now_covers_every_item_once_and_raises_the_first_error():
     with pytest.raises(ValueError, match="slice 0"):
         over_threads_now(bad, 10_000, 2, min_chunk=100)
     assert beside(lambda a, b=0: a + b, 2, b=3).result() == 5
+
+
+@pytest.mark.parametrize("cls", [EbmTS, EbmUCB])
+@pytest.mark.parametrize("recompute_every", [10_000, 3])
+def test_updates_split_by_arm_equal_the_loop(cls, recompute_every, monkeypatch):
+    """With both hyperparameters fixed, a large batch of feedback runs its arms on two threads
+    (after the bookkeeping that crosses arms): the state is the loop's, bit for bit, with new
+    instances, new pairs and the periodic recomputation within the batch."""
+    from hierbandit.stats.empirical_bayes import EBOptions
+    from tests.ebm.test_serving import _same_state
+
+    fixed = EBOptions(estimate_Sigma=False, estimate_sigma2=False)
+    kw = {"eb_options": fixed, "recompute_every": recompute_every, "hyper_update_budget": 1e6}
+    rng = np.random.default_rng(3)
+    J = rng.integers(0, 3_000, B)  # instances arrive within the batch (codes in first-seen order)
+    X = rng.normal(size=(B, D))
+    A = rng.integers(0, K, B)
+    Y = rng.normal(size=B)
+    got = []
+    for threads in (1, 2):
+        monkeypatch.setattr(policy, "serving_threads", lambda threads=threads: threads)
+        p = cls(None, K, D, rng=4, **kw)
+        p.update_batch(J[:50], X[:50], A[:50], Y[:50])
+        p.update_batch(J[50:], X[50:], A[50:], Y[50:])
+        got.append(p)
+    loop = cls(None, K, D, rng=4, **kw)
+    for j, x, k, y in zip(J.tolist(), X, A.tolist(), Y.tolist(), strict=True):
+        loop.update(j, x, k, y)
+    _same_state(got[0], got[1])
+    _same_state(got[1], loop)
+    assert got[1].n_pairs == len(set(zip(J.tolist(), A.tolist(), strict=True)))
