@@ -14,20 +14,19 @@ given Σ̂_k and σ̂²_k), with b = 0, and it adds nothing to P_k or r_k. The s
 A record of W = 3d² + d + 2 values holds, in this order (the first 2d² + d are what a decision
 reads, so they come first and share as few cache lines as possible):
 
-====================  =====================================
-``[0, d²)``           C̃_j, row-major
-``[d², 2d²)``         A_j
-``[2d², 2d² + d)``    b_j
-``[2d² + d, 3d² + d)``  G_j
-``3d² + d``           q_j
-``3d² + d + 1``       n_j, the number of rows (exact in float64)
-====================  =====================================
+* values 0 … d² − 1: C̃_j, row-major;
+* d² … 2d² − 1: A_j;
+* 2d² … 2d² + d − 1: b_j;
+* 2d² + d … 3d² + d − 1: G_j;
+* 3d² + d: q_j; 3d² + d + 1: n_j, the number of rows (exact in float64).
 
-The kernels below read and write records in place with the arithmetic of their dense
-counterparts in :mod:`hierbandit.stats.kernels` (``score_at``, ``sherman_morrison_at``), so
-the pair layout gives the dense layout's results bit for bit; an arm's re-estimation and
-periodic recomputation gather its slots in instance order (:func:`gather_arm`), run the dense
-kernels on those arrays and scatter C̃ and A back (:func:`scatter_blocks`).
+The rank-one step reads and writes a record in place with the arithmetic of its dense
+counterpart in :mod:`hierbandit.stats.kernels` (``sherman_morrison_at``; each sum in the same
+order), so the pair layout gives the dense layout's state bit for bit; an arm's re-estimation
+and periodic recomputation gather its slots in instance order (:func:`gather_arm`), run the
+dense kernels on those arrays and scatter C̃ and A back (:func:`scatter_blocks`). Decisions
+(:func:`request_moments`, :func:`for_dimension`) score a pair without data from its arm's
+cached mean and covariance of an empty instance (:func:`refresh_empty_scores`).
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ horizon of a policy inside one compiled function instead of calling ``policy._se
 ``numba.get_num_threads()`` threads (set by ``NUMBA_NUM_THREADS``).
 
 The compiled loop is the per-seed Python loop written out: it works in place on the policy's
-own arrays, calls the same numba kernels (``score_arms``, ``observe_row``,
-``reestimate_arm``, ``arm_posterior`` of :mod:`hierbandit.stats.kernels`; ``_index_scores`` and
-``ridge_add`` for the ridge bandits) with the same arguments, draws from the policy's own
+own arrays, calls the same numba kernels (``request_moments`` and ``update_row`` of
+:mod:`hierbandit.ebm._pairs` and :mod:`hierbandit.ebm._rows`, which call ``reestimate_arm`` and
+``arm_posterior`` of :mod:`hierbandit.stats.kernels`; ``_index_scores`` and ``ridge_add`` for
+the ridge bandits) with the same arguments, draws from the policy's own
 ``numpy.random.Generator`` objects (numba's Generator methods share the generator's state and
 reproduce NumPy's draws), and reads α_t from a table computed with :mod:`math` exactly as the
 policy computes it. The arms pulled, and the policy's final state, are therefore bit-for-bit
