@@ -321,22 +321,29 @@ class _Decoder:
         for name in attrs:
             if not _NAME.match(name) or name.startswith("__"):
                 raise _Refused(f"{cls.__name__} attribute name {name[:40]!r}")
-        # attributes older files carry that the class now derives: not restored
+        # attributes older files carry that the class now derives or stores differently:
+        # readable by the functions of ``_checkpoint_added`` (in the instance's ``__dict__``,
+        # beside any property of that name), then removed
         dropped = getattr(cls, "_checkpoint_dropped", frozenset())
-        decoded = {
-            name: self.decode(v, depth + 1) for name, v in attrs.items() if name not in dropped
-        }
+        decoded = {name: self.decode(v, depth + 1) for name, v in attrs.items()}
         obj = cls.__new__(cls)
         for name, v in decoded.items():
-            object.__setattr__(obj, name, v)
+            if name in dropped:
+                vars(obj)[name] = v
+            else:
+                object.__setattr__(obj, name, v)
         # attributes the class gained after the file was written: the value the older state
         # implies (then checked like the rest)
         for name, implied in getattr(cls, "_checkpoint_added", {}).items():
             if name not in decoded:
                 try:
                     object.__setattr__(obj, name, implied(obj))
-                except (AttributeError, TypeError, ValueError) as exc:
-                    raise _Refused(f"{cls.__name__} lacks what {name!r} follows from") from exc
+                except (AttributeError, TypeError, ValueError, IndexError) as exc:
+                    raise _Refused(
+                        f"{cls.__name__} lacks what {name!r} follows from ({exc})"
+                    ) from exc
+        for name in dropped:
+            vars(obj).pop(name, None)
         for name, factory in getattr(cls, "_checkpoint_transient", {}).items():
             object.__setattr__(obj, name, factory())
         return obj

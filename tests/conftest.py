@@ -66,7 +66,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def snapshot(obj: Any) -> Any:
-    """A deep, comparable copy of an object's state (arrays, scalars, RNG states)."""
+    """A deep, comparable copy of an object's state (arrays, scalars, RNG states; not the
+    attributes a checkpoint leaves out, ``_checkpoint_transient``)."""
     if isinstance(obj, np.random.Generator):
         return ("Generator", copy.deepcopy(obj.bit_generator.state))
     if isinstance(obj, _LOCK_TYPES):
@@ -78,7 +79,10 @@ def snapshot(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return type(obj)(snapshot(v) for v in obj)
     if hasattr(obj, "__dict__") and not isinstance(obj, type):
-        return (type(obj).__name__, snapshot(vars(obj)))
+        # what a checkpoint leaves out (locks, caches rebuilt on use) is not state
+        transient = getattr(type(obj), "_checkpoint_transient", {})
+        state = {k: v for k, v in vars(obj).items() if k not in transient}
+        return (type(obj).__name__, snapshot(state))
     return copy.deepcopy(obj)
 
 

@@ -1,30 +1,39 @@
 """Compiled row updates of EbmTS/EbmUCB, shared by the batched update and the compiled loop.
 
-:func:`update_row` is ``EbmPolicy._update`` for one row written out in numba;
-:func:`apply_rows` runs it over B rows in order, registering instances that appear for the
-first time (:func:`register_instance`). ``EbmPolicy.update_batch`` and the whole-horizon loop of
+:func:`update_row` is ``EbmPolicy._update`` for one row written out in numba; :func:`apply_rows`
+runs it over B rows in order. ``EbmPolicy.update_batch`` and the whole-horizon loop of
 :mod:`hierbandit.ebm.compiled` both call it, so a batch of feedback, the compiled loop and the
 Python ``_update`` (the reference the tests compare against) change the state identically.
 
-When the hyperparameters are due (:func:`reestimate_due`) the row runs the empirical-Bayes step
-inside the kernel, which draws the cross-validation uniforms from the policy's own generator
-(numba's ``Generator`` methods share its state and reproduce NumPy's draws).
+The state is pair-sparse (:mod:`hierbandit.ebm._pairs`): a row of a pair without data first
+gives the pair a slot (a copy of the arm's empty record). When the hyperparameters are due
+(:func:`reestimate_due`) the row runs the empirical-Bayes step inside the kernel
+(:func:`reestimate_pairs`: the arm's slots gathered in instance order, :func:`reestimate_slots`
+on them, C̃ and A scattered back), which draws the cross-validation uniforms from the policy's
+own generator (numba's ``Generator`` methods share its state and reproduce NumPy's draws).
 """
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import numpy as np
 from numba import njit
 
+from hierbandit.ebm import _pairs as PR
 from hierbandit.stats import kernels as K
 from hierbandit.stats import online_ml
 
 __all__ = [
     "apply_rows",
     "recompute_due",
+    "recompute_pairs",
     "reestimate_due",
-    "reestimate_ml",
-    "register_instance",
+    "reestimate_ml_slots",
+    "reestimate_pairs",
+    "reestimate_slots",
+    "rows_for_dimension",
     "update_row",
 ]
 
@@ -55,28 +64,75 @@ def recompute_due(count_k, recompute_every, budget, n):
 
 
 @njit(**_JIT)
-def register_instance(j, Sigma, sigma2, Ct, A):
-    """Give a new instance j the blocks of an instance without data, for every arm."""
-    for k in range(Sigma.shape[0]):
-        K.empty_blocks(Sigma[k], sigma2[k], Ct[k, j], A[k, j])
+def reestimate_slots(k, G, b, q, n_obs, Ct, A, state, options, cv_rng):
+    """The empirical-Bayes step of arm k (docs/maths/ebm.md §7.4) from the arm's slot arrays.
+
+    ``G`` (m, d, d), ``b`` (m, d), ``q`` (m,), ``n_obs`` (m,) are the statistics of the m
+    instances with data in the arm, in instance order (:func:`~hierbandit.ebm._pairs.gather_arm`);
+    instances without data add nothing to any estimate. Sets Σ̂_k, σ̂²_k, γ_k and N_eff,k in
+    ``state`` (:meth:`~hierbandit.ebm.policy.EbmPolicy._row_state`) and the arm's posterior
+    under them: C̃ and A of the m instances into ``Ct``, ``A`` (m, d, d), and P_k, r_k, Φ_k,
+    β̂_k0 in ``state``. ``options``: :meth:`~hierbandit.ebm.policy.EbmPolicy._row_options`.
+    """
+    Sigma, sigma2, gamma, n_eff, P, r, Phi, beta0, P0, h0 = state[4:14]
+    need_u, cv_splits, eb, ml = options[1], options[5], options[6], options[7]
+    if ml[0]:  # hyper_method="ml": the online type-II ML step instead (docs/maths/ebm.md §7.5)
+        reestimate_ml_slots(k, G, b, q, n_obs, Ct, A, state, ml)
+        return
+    splits = cv_splits if need_u else 0
+    Sprev = Sigma[k].copy()
+    s2, g, ne, _ok = K.reestimate_arm(
+        G,
+        b,
+        q,
+        n_obs,
+        P0[k],
+        h0[k],
+        sigma2[k],
+        Sprev,
+        eb[0],
+        eb[1],
+        eb[2],
+        eb[3],
+        eb[4],
+        eb[5],
+        eb[6],
+        eb[7],
+        eb[8],
+        cv_rng,
+        splits,
+        eb[9],
+        eb[10],
+        eb[11],
+        eb[12],
+        eb[13],
+        Sigma[k],
+        Ct,
+        A,
+        P[k],
+        r[k],
+        Phi[k],
+        beta0[k],
+    )
+    sigma2[k] = s2
+    gamma[k] = g
+    n_eff[k] = ne
 
 
 @njit(**_JIT)
-def reestimate_ml(k, n, state, ml):
+def reestimate_ml_slots(k, G, b, q, n_obs, Ct, A, state, ml):
     """The online type-II ML step of arm k (``hyper_method="ml"``,
-    :func:`hierbandit.stats.online_ml.reestimate_arm_ml`) on the first ``n`` instances of the
-    dense state, then its posterior. ``ml``: :attr:`EbmPolicy._ml_args`. Instances without
-    rows add nothing to the likelihood: a layout that keeps only the instances with data may
-    pass just those (and still compute the posterior of the others' shared blocks)."""
-    G, b, q, n_obs, Sigma, sigma2, gamma, n_eff, Ct, A, P, r, Phi, beta0 = state[:14]
-    P0, h0 = state[14], state[15]
+    :func:`hierbandit.stats.online_ml.reestimate_arm_ml`) from the arm's slot arrays, as
+    :func:`reestimate_slots` takes them; instances without rows add nothing to the likelihood.
+    ``ml``: :attr:`~hierbandit.ebm.policy.EbmPolicy._ml_args`. γ_k is NaN."""
+    Sigma, sigma2, gamma, n_eff, P, r, Phi, beta0, P0, h0 = state[4:14]
     _, steps, eig_floor, sigma2_floor, min_instances, rank_tol, est_sigma, est_noise = ml
     trace = np.empty(steps + 1)
     s2, ne, _ok, _status, _F, _acc = online_ml.reestimate_arm_ml(
-        G[k, :n],
-        b[k, :n],
-        q[k, :n],
-        n_obs[k, :n],
+        G,
+        b,
+        q,
+        n_obs,
         P0[k],
         h0[k],
         sigma2[k],
@@ -90,8 +146,8 @@ def reestimate_ml(k, n, state, ml):
         steps,
         online_ml.ML_TOL,
         Sigma[k],
-        Ct[k, :n],
-        A[k, :n],
+        Ct,
+        A,
         P[k],
         r[k],
         Phi[k],
@@ -104,124 +160,178 @@ def reestimate_ml(k, n, state, ml):
 
 
 @njit(**_JIT)
-def update_row(j, x, k, y, n, state, options, cv_rng, scratch):
+def reestimate_pairs(k, n, state, options, cv_rng):
+    """Re-estimate arm k from its slots (instances < ``n``): gather them in instance order,
+    :func:`reestimate_slots`, scatter C̃ and A back, and give the arm's empty record the
+    blocks of the new hyperparameters. Resets the arm's step counters."""
+    slot, pairs, empty, Sigma, sigma2 = state[0], state[1], state[3], state[4], state[5]
+    rank_one_count, since = state[16], state[17]
+    d = Sigma.shape[1]
+    idx = PR.arm_slots(slot, n, k)
+    G, b, q, n_obs, Ct, A = PR.gather_arm(pairs, idx, d)
+    reestimate_slots(k, G, b, q, n_obs, Ct, A, state, options, cv_rng)
+    PR.scatter_blocks(pairs, idx, Ct, A)
+    PR.empty_record(Sigma[k], sigma2[k], empty[k])
+    rank_one_count[k] = 0
+    since[k] = 0
+
+
+@njit(**_JIT)
+def recompute_pairs(k, n, state):
+    """Recompute arm k's posterior from its slots' statistics with the current hyperparameters
+    (:func:`~hierbandit.stats.kernels.arm_posterior` on the gathered slots). Resets the arm's
+    count of incremental steps."""
+    slot, pairs, Sigma, sigma2 = state[0], state[1], state[4], state[5]
+    P, r, Phi, beta0, P0, h0 = state[8:14]
+    d = Sigma.shape[1]
+    idx = PR.arm_slots(slot, n, k)
+    G, b, _q, _n, Ct, A = PR.gather_arm(pairs, idx, d)
+    K.arm_posterior(G, b, Sigma[k], sigma2[k], P0[k], h0[k], Ct, A, P[k], r[k], Phi[k], beta0[k])
+    PR.scatter_blocks(pairs, idx, Ct, A)
+    state[16][k] = 0
+
+
+@njit(inline="always", **_JIT)
+def update_row(d, j, x, k, y, n, state, options, cv_rng, scratch, prepared=False):
     """One row of ``EbmPolicy._update`` (the caller increments t). ``n``: instances in state
     (the arrays may hold more rows, unused); ``state``: the arrays of
-    :meth:`~hierbandit.ebm.policy.EbmPolicy._row_state`, in its order;
-    ``options``: those of :meth:`~hierbandit.ebm.policy.EbmPolicy._row_options`; ``scratch``: (5, d) work space of the
-    rank-one step, allocated once by the caller."""
-    G, b, q, n_obs, Sigma, sigma2, gamma, n_eff, Ct, A, P, r, Phi, beta0 = state[:14]
-    P0, h0, pulls, arrivals, rank_one_count, since = state[14:]
-    estimates_any, need_u, every, budget, recompute_every, cv_splits, eb, ml = options
-    d = x.shape[0]
-    arrivals[j] += 1
+    :meth:`~hierbandit.ebm.policy.EbmPolicy._row_state`, in its order (``pairs`` must have a
+    free slot when the pair (j, k) has none yet); ``options``: those of
+    :meth:`~hierbandit.ebm.policy.EbmPolicy._row_options`; ``scratch``: (5, d) work space of
+    the rank-one step, allocated once by the caller; ``d`` = ``x.shape[0]`` (a constant in
+    the kernels of :func:`rows_for_dimension`); ``prepared``: the row's slot and arrival were
+    done before (:func:`rows_for_dimension`'s ``prepare_rows``)."""
+    slot, pairs, n_pairs, empty, Sigma, sigma2 = state[:6]
+    P, r, Phi, beta0, P0 = state[8:13]
+    pulls, arrivals, rank_one_count, since = state[14:]
+    estimates_any, _need_u, every, budget, recompute_every = options[:5]
+    dd = d * d
+    oG, oq = 2 * dd + d, 3 * dd + d
+    s = slot[j, k]
+    if not prepared:
+        if s < 0:  # the pair's first row: a slot, starting as the arm's empty record
+            s = n_pairs[0]
+            n_pairs[0] = s + 1
+            pairs[s, :] = empty[k, :]
+            slot[j, k] = s
+        arrivals[j] += 1
     pulls[k] += 1
     since[k] += 1
-    q[k, j] += y * y
-    n_obs[k, j] += 1
+    pairs[s, oq] += y * y
+    pairs[s, oq + 1] += 1.0
     if estimates_any and reestimate_due(pulls[k], since[k], every, budget, n):
         for i in range(d):
             for m in range(d):
-                G[k, j, i, m] += x[i] * x[m]
+                pairs[s, oG + i * d + m] += x[i] * x[m]
         for i in range(d):
-            b[k, j, i] += x[i] * y
-        if ml[0]:
-            reestimate_ml(k, n, state, ml)
-            rank_one_count[k] = 0
-            since[k] = 0
-            return
-        splits = cv_splits if need_u else 0
-        Sprev = Sigma[k].copy()
-        s2, g, ne, _ok = K.reestimate_arm(
-            G[k, :n],
-            b[k, :n],
-            q[k, :n],
-            n_obs[k, :n],
-            P0[k],
-            h0[k],
-            sigma2[k],
-            Sprev,
-            eb[0],
-            eb[1],
-            eb[2],
-            eb[3],
-            eb[4],
-            eb[5],
-            eb[6],
-            eb[7],
-            eb[8],
-            cv_rng,
-            splits,
-            eb[9],
-            eb[10],
-            eb[11],
-            eb[12],
-            eb[13],
-            Sigma[k],
-            Ct[k, :n],
-            A[k, :n],
-            P[k],
-            r[k],
-            Phi[k],
-            beta0[k],
-        )
-        sigma2[k] = s2
-        gamma[k] = g
-        n_eff[k] = ne
-        rank_one_count[k] = 0
-        since[k] = 0
+            pairs[s, 2 * dd + i] += x[i] * y
+        reestimate_pairs(k, n, state, options, cv_rng)
     else:
-        # K.observe_row written out: the O(d²) step in place, or, where it is ill-conditioned,
-        # the O(d³) refresh of the instance; never O(n)
-        if not K.sherman_morrison_at(x, y, G, b, Ct, A, P, r, Phi, beta0, sigma2[k], k, j, scratch):
-            K.refresh_instance(
-                x,
-                y,
-                G[k, j],
-                b[k, j],
-                Ct[k, j],
-                A[k, j],
-                P[k],
-                r[k],
-                Phi[k],
-                beta0[k],
-                Sigma[k],
-                sigma2[k],
-                P0[k],
-            )
+        # the O(d²) step in place, or, where it is ill-conditioned, the O(d³) refresh of the
+        # pair's blocks (kernels.observe_row); never O(n)
+        if not PR.sherman_morrison_pair(d, x, y, pairs, s, P, r, Phi, beta0, sigma2[k], k, scratch):
+            PR.refresh_pair(x, y, pairs, s, P, r, Phi, beta0, Sigma, sigma2, P0, k)
         rank_one_count[k] += 1
         # the periodic recomputation bounds the rounding the incremental steps accumulate
         if recompute_due(rank_one_count[k], recompute_every, budget, n):
-            K.arm_posterior(
-                G[k, :n],
-                b[k, :n],
-                Sigma[k],
-                sigma2[k],
-                P0[k],
-                h0[k],
-                Ct[k, :n],
-                A[k, :n],
-                P[k],
-                r[k],
-                Phi[k],
-                beta0[k],
-            )
-            rank_one_count[k] = 0
+            recompute_pairs(k, n, state)
 
 
 @njit(**_JIT)
 def apply_rows(J, X, arms, Y, n0, state, options, cv_rng):
     """:func:`update_row` over rows ``(J[i], X[i], arms[i], Y[i])`` in order; ``J[i] == n``
-    (the current number of instances) registers a new instance first. Returns the final n.
+    (the current number of instances) is a new instance. Returns the final n.
 
-    The arrays must have room for every instance the rows name (the caller grows them).
+    The index must have rows for every instance the rows name, and ``pairs`` room for every
+    pair they give its first row (the caller grows them).
     """
     n = n0
-    scratch = np.empty((5, X.shape[1]))
+    d = X.shape[1]
+    scratch = np.empty((5, d))
     for i in range(J.shape[0]):
         j = J[i]
         if j == n:
-            register_instance(j, state[4], state[5], state[8], state[9])  # Sigma, σ², C̃, A
             n += 1
-        update_row(j, X[i], arms[i], Y[i], n, state, options, cv_rng, scratch)
+        update_row(d, j, X[i], arms[i], Y[i], n, state, options, cv_rng, scratch)
     return n
+
+
+@functools.cache
+def rows_for_dimension(d: int) -> tuple[Any, Any, Any]:
+    """``(apply_rows, prepare_rows, arm_rows)`` compiled for contexts of dimension ``d``, a
+    constant of the code (the d×d loops of the rank-one step unrolled); the same arithmetic,
+    so the same state.
+
+    ``apply_rows(J, X, arms, Y, n0, state, options, cv_rng, far)`` is :func:`apply_rows`; its
+    last argument (:func:`~hierbandit.ebm._pairs.far_records`) prefetches the records of the
+    rows ahead. ``prepare_rows`` then ``arm_rows`` on disjoint sets of arms give the same
+    state while no hyperparameter is re-estimated (EbmPolicy splits a batch over two threads
+    so)."""
+
+    width = 3 * d * d + d + 2
+
+    @njit(**PR._HOT)
+    def apply_rows_d(J, X, arms, Y, n0, state, options, cv_rng, far):
+        slot, pairs = state[0], state[1]
+        n = n0
+        B = J.shape[0]
+        scratch = np.empty((5, d))
+        for i in range(B):
+            # the index entries of the rows 8 ahead and the records of the rows 4 ahead
+            # fetched while this row is computed (random accesses, hints only), when the
+            # records do not fit in the cache (far)
+            if far and i + 8 < B and J[i + 8] < slot.shape[0]:
+                PR._prefetch(slot, J[i + 8], arms[i + 8])
+            if far and i + 4 < B and J[i + 4] < slot.shape[0]:
+                s = slot[J[i + 4], arms[i + 4]]
+                if s >= 0:
+                    PR.prefetch_row(pairs, s, width)
+            j = J[i]
+            if j == n:
+                n += 1
+            update_row(d, j, X[i], arms[i], Y[i], n, state, options, cv_rng, scratch)
+        return n
+
+    @njit(**PR._HOT)
+    def prepare_rows(J, arms, n0, state, n_at):
+        """The rows' bookkeeping that crosses arms, in order: new instances (``n_at[i]``, the
+        instances after row i), arrivals, and a slot for each pair at its first row."""
+        slot, pairs, n_pairs, empty, arrivals = state[0], state[1], state[2], state[3], state[15]
+        n = n0
+        for i in range(J.shape[0]):
+            j = J[i]
+            k = arms[i]
+            if j == n:
+                n += 1
+            n_at[i] = n
+            arrivals[j] += 1
+            if slot[j, k] < 0:
+                s = n_pairs[0]
+                n_pairs[0] = s + 1
+                pairs[s, :] = empty[k, :]
+                slot[j, k] = s
+        return n
+
+    @njit(**PR._HOT)
+    def arm_rows(lo, hi, J, X, arms, Y, n_at, state, options, cv_rng, far):
+        """The rows of arms ``lo`` ≤ k < ``hi``, in order, after :func:`prepare_rows`: arms
+        share nothing else while no hyperparameter is re-estimated (no draw from ``cv_rng``),
+        so two calls on disjoint arms can run on two threads."""
+        slot, pairs = state[0], state[1]
+        scratch = np.empty((5, d))
+        B = J.shape[0]
+        ahead = 0  # the next row of these arms beyond the current one, for the hints
+        for i in range(B):
+            k = arms[i]
+            if k < lo or k >= hi:
+                continue
+            if far:
+                if ahead <= i:
+                    ahead = i + 1
+                while ahead < B and (arms[ahead] < lo or arms[ahead] >= hi):
+                    ahead += 1
+                if ahead < B:
+                    PR.prefetch_row(pairs, slot[J[ahead], arms[ahead]], width)
+            update_row(d, J[i], X[i], k, Y[i], n_at[i], state, options, cv_rng, scratch, True)
+
+    return apply_rows_d, prepare_rows, arm_rows

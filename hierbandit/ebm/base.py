@@ -189,11 +189,11 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         self.n_arms = self.arms.n
         self.features = _check_feature_names(features, self.n_features)
         self.tie_break = check_choice(tie_break, ("random", "first"), "tie_break")
-        cells = self.n_instances * self.n_arms * self.n_features**2
+        cells = self._state_entries(self.n_instances, self.n_arms, self.n_features)
         if cells > MAX_STATE_ENTRIES:
             raise ValueError(
-                f"n_instances × n_arms × n_features² = {cells:.3g} exceeds {MAX_STATE_ENTRIES:.0e}: "
-                "the per-(instance, arm) d×d statistics would not fit in memory"
+                f"{self._state_entries_text} = {cells:.3g} exceeds {MAX_STATE_ENTRIES:.0e}: "
+                "the state allocated up front would not fit in memory"
             )
         self.rng = rng
         streams = as_generator(rng).spawn(self._n_streams)
@@ -201,6 +201,15 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
         self._streams = streams
         #: number of updates seen so far; the round being decided is ``t + 1``
         self.t = 0
+
+    #: what :meth:`_state_entries` counts, for its error message
+    _state_entries_text = "n_instances × n_arms × n_features²"
+
+    @classmethod
+    def _state_entries(cls, n_instances: int, n_arms: int, n_features: int) -> int:
+        """Entries of the state a policy of this size allocates up front (refused above
+        :data:`~hierbandit._validation.MAX_STATE_ENTRIES`): d×d statistics per (instance, arm)."""
+        return n_instances * n_arms * n_features**2
 
     # ------------------------------------------------------------------ labels
     def coords(self, *, instances: bool = True) -> dict[str, np.ndarray]:

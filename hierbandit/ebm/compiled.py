@@ -6,9 +6,10 @@ horizon of a policy inside one compiled function instead of calling ``policy._se
 ``numba.get_num_threads()`` threads (set by ``NUMBA_NUM_THREADS``).
 
 The compiled loop is the per-seed Python loop written out: it works in place on the policy's
-own arrays, calls the same numba kernels (``score_arms``, ``observe_row``,
-``reestimate_arm``, ``arm_posterior`` of :mod:`hierbandit.stats.kernels`; ``_index_scores`` and
-``ridge_add`` for the ridge bandits) with the same arguments, draws from the policy's own
+own arrays, calls the same numba kernels (``request_moments`` and ``update_row`` of
+:mod:`hierbandit.ebm._pairs` and :mod:`hierbandit.ebm._rows`, which call ``reestimate_arm`` and
+``arm_posterior`` of :mod:`hierbandit.stats.kernels`; ``_index_scores`` and ``ridge_add`` for
+the ridge bandits) with the same arguments, draws from the policy's own
 ``numpy.random.Generator`` objects (numba's Generator methods share the generator's state and
 reproduce NumPy's draws), and reads α_t from a table computed with :mod:`math` exactly as the
 policy computes it. The arms pulled, and the policy's final state, are therefore bit-for-bit
@@ -28,11 +29,11 @@ import numba
 import numpy as np
 from numba import njit
 
+from hierbandit.ebm._pairs import refresh_empty_scores, request_moments
 from hierbandit.ebm._rows import update_row
 from hierbandit.ebm.base import Policy
 from hierbandit.ebm.linear import LinTS, LinUCB, _index_scores
 from hierbandit.ebm.policy import EbmTS, EbmUCB
-from hierbandit.stats import kernels as K
 from hierbandit.stats.ridge import ridge_add
 
 __all__ = ["batched_unsupported", "default_threads", "run_batched"]
@@ -101,28 +102,40 @@ _NO_TABLE.flags.writeable = False
 # ---------------------------------------------------------------------- ebm
 @njit(**_JIT)
 def _ebm_run(
-    inst, X, R, arms, state, mu, tau, t0, alpha_tab, flags, options, tie_rng, ts_rng, cv_rng
+    inst,
+    X,
+    R,
+    arms,
+    state,
+    cache,
+    dirty,
+    t0,
+    alpha_tab,
+    flags,
+    options,
+    tie_rng,
+    ts_rng,
+    cv_rng,
 ):
     """The loop of ``EbmPolicy._select``/``_update`` over one seed's rollout; returns the final t.
 
     ``flags`` = (Thompson?, random tie-break?, global forced init?, global α clock?, literal
     (4.4)?, no forced init?). ``state`` and ``options`` are the policy's ``_row_state()`` and
-    ``_row_options()`` (:func:`~hierbandit.ebm._rows.update_row`). ``mu`` and ``tau`` are the
-    policy's scratch buffers of ``_select``.
+    ``_row_options()`` (:func:`~hierbandit.ebm._rows.update_row`), with room in the records for
+    every pair the rollout can give its first row; ``cache`` and ``dirty`` its empty-instance
+    score terms (:func:`~hierbandit.ebm._pairs.refresh_empty_scores`).
     """
     is_ts, random_tie, forced_global, clock_global, literal_44, forced_none = flags
-    b, sigma2, Ct, A, Phi, beta0, arrivals = (
-        state[1],
-        state[5],
-        state[8],
-        state[9],
-        state[12],
-        state[13],
-        state[17],
-    )
+    slot, pairs, empty = state[0], state[1], state[3]
+    sigma2, Phi, beta0, arrivals = state[5], state[10], state[11], state[15]
     T = inst.shape[0]
-    Kn, N = b.shape[0], b.shape[1]
+    Kn, N = slot.shape[1], slot.shape[0]
     s = np.empty(Kn)
+    mu = np.empty(Kn)
+    tau = np.empty(Kn)
+    u = np.empty(X.shape[1])
+    c = np.empty(X.shape[1])
+    w = np.empty(X.shape[1] * (X.shape[1] + 1) // 2)
     scratch = np.empty((5, X.shape[1]))
     t = t0
     for step in range(T):
@@ -134,10 +147,14 @@ def _ebm_run(
         elif forced_global:
             k = t if t < Kn else -1
         else:
-            c = arrivals[j]
-            k = c if c < Kn else -1
+            cnt = arrivals[j]
+            k = cnt if cnt < Kn else -1
         if k < 0:
-            K.score_arms(x, j, Ct, A, b, beta0, Phi, sigma2, literal_44, mu, tau)
+            refresh_empty_scores(empty, beta0, Phi, sigma2, cache, dirty)
+            request_moments(
+                x.shape[0], x, j, slot, pairs, cache, beta0, Phi, sigma2, literal_44, mu, tau, u,
+                c, w,
+            )  # fmt: skip
             alpha = alpha_tab[t + 1] if clock_global else alpha_tab[arrivals[j] + 1]
             if is_ts:
                 z = ts_rng.standard_normal(Kn)
@@ -151,7 +168,8 @@ def _ebm_run(
         y = R[step, k]
         # ---- _update
         t += 1
-        update_row(j, x, k, y, N, state, options, cv_rng, scratch)
+        update_row(x.shape[0], j, x, k, y, N, state, options, cv_rng, scratch)
+        dirty[k] = True
     return t
 
 
@@ -162,6 +180,8 @@ def _ebm_run_policy(policy: Any, inst: np.ndarray, X: np.ndarray, R: np.ndarray,
     clock = int(p.t) if p.alpha_clock == "global" else int(p.arrivals.max())
     size = clock + T + 1
     alpha_tab = _sqrt_log_table(float(p.a), size)
+    # every pair the rollout names may take its first row
+    p._reserve_pairs(min(p.n_pairs + T, p.n_instances * p.n_arms))
     flags = (
         p.exploration == "ts",
         p.tie_break == "random",
@@ -170,14 +190,16 @@ def _ebm_run_policy(policy: Any, inst: np.ndarray, X: np.ndarray, R: np.ndarray,
         bool(p._literal_44),
         p.forced_init == "none",
     )
+    state = p._row_state()
+    cache = p._empty_terms()
     p.t = _ebm_run(
         inst,
         X,
         R,
         arms,
-        p._row_state(),
-        p._mu,
-        p._tau,
+        state,
+        cache,
+        p._empty_dirty,
         int(p.t),
         alpha_tab,
         flags,
@@ -186,6 +208,8 @@ def _ebm_run_policy(policy: Any, inst: np.ndarray, X: np.ndarray, R: np.ndarray,
         p._ts_rng,
         p._cv_rng,
     )
+    p._rows_applied(state)
+    p._empty_stale = True
 
 
 # ---------------------------------------------------------------------- LinUCB / LinTS
@@ -281,9 +305,10 @@ def _ridge_run_policy(
 
 
 # ---------------------------------------------------------------------- public API
-_EBM_FLOAT = ("G", "b", "q", "Sigma", "sigma2", "gamma", "_Ct", "_A", "_P", "_r", "_Phi")
-_EBM_FLOAT += ("_beta0", "_P0", "_h0", "_mu", "_tau")
-_EBM_INT = ("n_obs", "n_eff", "pulls", "arrivals", "_rank_one_count", "_since_estimate")
+_EBM_FLOAT = ("_pairs", "_empty", "Sigma", "sigma2", "gamma", "_P", "_r", "_Phi")
+_EBM_FLOAT += ("_beta0", "_P0", "_h0")
+_EBM_INT = ("n_eff", "pulls", "arrivals", "_rank_one_count", "_since_estimate")
+_EBM_INT32 = ("_pair_slot",)
 _RIDGE_FLOAT = ("G", "b", "q", "Ainv", "theta")
 _HOT_METHODS = (
     "_select",
@@ -305,7 +330,7 @@ def _bad_arrays(obj: Any, names: Sequence[str], kind: str) -> list[str]:
         a = getattr(obj, name, None)
         if not (
             isinstance(a, np.ndarray)
-            and a.dtype == (np.float64 if kind == "f" else np.int64)
+            and a.dtype == {"f": np.float64, "i": np.int64, "i4": np.int32}[kind]
             and a.flags.writeable
             and a.flags.c_contiguous
         ):
@@ -346,6 +371,7 @@ def batched_unsupported(policy: Any) -> str | None:
         )
     if cls in (EbmTS, EbmUCB):
         bad = _bad_arrays(policy, _EBM_FLOAT, "f") + _bad_arrays(policy, _EBM_INT, "i")
+        bad += _bad_arrays(policy, _EBM_INT32, "i4")
         gens = ("_tie_rng", "_ts_rng", "_cv_rng")
     else:
         bad = _bad_arrays(policy.stats, _RIDGE_FLOAT, "f") + _bad_arrays(policy.stats, ["n"], "i")
@@ -380,7 +406,7 @@ def default_threads() -> int:
 def _state_of(policy: Policy) -> list[Any]:
     """The mutable objects a run of ``policy`` writes: its state arrays and Generators."""
     if isinstance(policy, EbmTS | EbmUCB):
-        arrays = [getattr(policy, n) for n in _EBM_FLOAT + _EBM_INT]
+        arrays = [getattr(policy, n) for n in _EBM_FLOAT + _EBM_INT + _EBM_INT32]
         gens = [policy._tie_rng, policy._ts_rng, policy._cv_rng]
     else:
         arrays = [getattr(policy.stats, n) for n in (*_RIDGE_FLOAT, "n")]

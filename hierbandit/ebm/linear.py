@@ -22,7 +22,9 @@ import numpy as np
 import xarray as xr
 from numba import njit
 
+from hierbandit._labels import copy_labels as _copy_labels
 from hierbandit._validation import (
+    MAX_STATE_ENTRIES,
     check_bool,
     check_choice,
     check_features,
@@ -32,8 +34,10 @@ from hierbandit._validation import (
     check_scalar,
     check_scale,
 )
+from hierbandit.ebm._pairs import argmax_first
 from hierbandit.ebm.base import Policy, hyperparameter_dataset, posterior_dataset
 from hierbandit.stats.ridge import OLSStats, RidgeStats
+from hierbandit.stats.threads import over_threads_now, serving_threads
 
 __all__ = [
     "ForcedSamplingBandit",
@@ -45,6 +49,11 @@ __all__ = [
 ]
 
 _JIT = {"cache": True, "nogil": True}
+#: Z and mask of :func:`_choose_requests` when there is none (LinUCB; all arms)
+_NO_ROWS = np.zeros((0, 0))
+_NO_MASK = np.zeros((0, 0), dtype=np.bool_)
+#: fewest requests worth a thread of their own in a batch of decisions
+_THREAD_CHUNK = 2048
 
 
 # ---------------------------------------------------------------------- forced sampling
@@ -146,6 +155,24 @@ def _index_requests(Ainv, theta, K, J, X, width, Z, out):
     ``Z[i]``) into ``out[i]``, for every request."""
     for i in range(J.shape[0]):
         _index_scores(Ainv, theta, J[i] * K, X[i], width, Z[i], out[i])
+
+
+@njit(**_JIT)
+def _choose_requests(lo, hi, Ainv, theta, K, J, X, width, Z, ones, mask, out, tie, scores):
+    """Decisions of requests ``lo`` ≤ i < ``hi``: :func:`_index_scores` (z = ``Z[i]``, or
+    ``ones`` when ``Z`` has no rows) into ``scores[i]``, −inf outside ``mask[i]`` (when it has
+    rows), the first maximum into ``out[i]`` and whether it is tied into ``tie[i]``. Writes
+    only rows lo … hi − 1 (slices run on threads)."""
+    is_ts = Z.shape[0] > 0
+    has_mask = mask.shape[0] > 0
+    for i in range(lo, hi):
+        row = scores[i]
+        _index_scores(Ainv, theta, J[i] * K, X[i], width, Z[i] if is_ts else ones, row)
+        if has_mask:
+            for k in range(K):
+                if not mask[i, k]:
+                    row[k] = -np.inf
+        out[i], tie[i] = argmax_first(row)
 
 
 @njit(**_JIT)
@@ -254,11 +281,84 @@ class _RidgeBandit(Policy):
         """The width w of the score and whether Z is random (Thompson) or 1 (UCB)."""
         raise NotImplementedError
 
-    def _pick(self, scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-        """The loop's argmax of every row (arms outside ``mask`` excluded)."""
-        if mask is not None:
-            scores[~mask] = -np.inf
-        return self._argmax_rows(scores)
+    def _draws(self, n: int) -> np.ndarray:
+        """The Z of ``n`` requests (K per request): none for an index without draws."""
+        return _NO_ROWS
+
+    def _choose(
+        self, J: np.ndarray, X: np.ndarray, width: float, mask: np.ndarray | None
+    ) -> np.ndarray:
+        """The loop's arms for every request in one compiled pass (on two threads for large
+        batches): the index of :func:`_index_scores` (LinTS: K normals per request from its
+        stream), arms outside ``mask`` excluded,
+        the first maximum, and a tie draw from the tie-break stream per tied request, in
+        order, as :meth:`Policy._argmax` would."""
+        n, Kn = J.shape[0], self.n_arms
+        X = np.ascontiguousarray(X)
+        mask = _NO_MASK if mask is None else np.ascontiguousarray(mask)
+        out = np.empty(n, dtype=np.int64)
+        tie = np.empty(n, dtype=np.bool_)
+        scores = np.empty((n, Kn))
+        st = self.stats
+        Z = self._draws(n)
+        args = (st.Ainv, st.theta, Kn, J, X, width, Z, self._ones, mask, out, tie, scores)
+        over_threads_now(
+            lambda lo, hi: _choose_requests(lo, hi, *args),
+            n,
+            serving_threads(),
+            min_chunk=_THREAD_CHUNK,
+        )
+        if self.tie_break == "random":
+            for i in np.flatnonzero(tie):
+                idx = np.flatnonzero(scores[i] == scores[i, out[i]])
+                out[i] = idx[self._tie_rng.integers(idx.size)]
+        return out
+
+    def add_arms(self, arms: Any) -> None:
+        """Add arms to the running policy: each new (instance, arm) model starts from the
+        prior, A = ridge·I and θ = 0, as an arm that was there from the start and never pulled
+        (tests/ebm/test_add_arms.py); :meth:`select` and :meth:`select_batch` consider them
+        from the next call, and checkpoints keep them.
+
+        The statistics are laid out again for the new number of arms, O(N K d²) once.
+
+        Parameters
+        ----------
+        arms : sequence of int or str
+            Ids of the new arms, of the kind the policy's arm ids are (``n_arms``,
+            ``n_arms + 1``, … keep integer-coded arms integer-coded), none already used.
+
+        Raises
+        ------
+        TypeError, ValueError
+            For ids that are not new or not of the policy's kind, or a size beyond
+            :data:`~hierbandit._validation.MAX_STATE_ENTRIES`, before anything changes.
+        """
+        if isinstance(arms, str | bytes) or not hasattr(arms, "__iter__"):
+            raise TypeError(f"arms must be a sequence of arm ids, got {type(arms).__name__}")
+        ids = list(arms)
+        if not ids:
+            raise ValueError("arms must name at least one new arm")
+        with self._lock:
+            labels = _copy_labels(self.arms)
+            labels.extend(ids)  # refuses ids already used or of the other kind
+            N, Kn, d = self.n_instances, self.n_arms, self.n_features
+            Kw = Kn + len(ids)
+            cells = self._state_entries(N, Kw, d)
+            if cells > MAX_STATE_ENTRIES:
+                raise ValueError(
+                    f"{self._state_entries_text} = {cells:.3g} would exceed "
+                    f"{MAX_STATE_ENTRIES:.0e} with the new arms"
+                )
+            old = self.stats
+            st = RidgeStats(N * Kw, d, reg=old.reg, recompute_every=old.recompute_every)
+            for name in ("G", "b", "q", "n", "Ainv", "theta"):
+                a = getattr(old, name)
+                getattr(st, name).reshape(N, Kw, *a.shape[1:])[:, :Kn] = a.reshape(
+                    N, Kn, *a.shape[1:]
+                )
+            self.stats, self._ones = st, np.ones(Kw)
+            self.arms, self.n_arms = labels, Kw
 
     def _mean_cov(self, scale: float) -> tuple[np.ndarray, np.ndarray]:
         N, K, d = self.n_instances, self.n_arms, self.n_features
@@ -345,8 +445,7 @@ class LinUCB(_RidgeBandit):
 
     def _select_batch(self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         """Every request's index in one compiled call; the loop's arms."""
-        ones = np.broadcast_to(self._ones, (J.shape[0], self.n_arms))
-        return self._pick(self._batch_scores(J, X, self.alpha, ones), mask)
+        return self._choose(J, X, self.alpha, mask)
 
     def _score_width(self) -> tuple[float, bool]:
         return self.alpha, False
@@ -473,11 +572,13 @@ class LinTS(_RidgeBandit):
     def _select(self, j: int, x: np.ndarray) -> int:
         return self._argmax(self._draw(j, x))
 
+    def _draws(self, n: int) -> np.ndarray:
+        return self._sample_rng.standard_normal((n, self.n_arms))
+
     def _select_batch(self, J: np.ndarray, X: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         """Every request's Thompson draw in one compiled call, from the loop's stream (K
         normals per request, in order); the loop's arms."""
-        Z = self._sample_rng.standard_normal((J.shape[0], self.n_arms))
-        return self._pick(self._batch_scores(J, X, self.v_t(), Z), mask)
+        return self._choose(J, X, self.v_t(), mask)
 
     def _score_width(self) -> tuple[float, bool]:
         return self.v_t(), True

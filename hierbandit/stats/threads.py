@@ -12,14 +12,16 @@ threads at once.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from itertools import pairwise
+from typing import Any
 
 from hierbandit._progress import progress_task
 from hierbandit._validation import check_positive_int
 
-__all__ = ["available_threads", "over_threads"]
+__all__ = ["available_threads", "beside", "over_threads", "over_threads_now", "serving_threads"]
 
 
 def available_threads() -> int:
@@ -28,6 +30,16 @@ def available_threads() -> int:
         return max(len(os.sched_getaffinity(0)), 1)
     except AttributeError:  # pragma: no cover - macOS and Windows
         return max(os.cpu_count() or 1, 1)
+
+
+def serving_threads() -> int:
+    """Threads of a batch of requests (:func:`over_threads_now`): :func:`available_threads`,
+    at most ``NUMBA_NUM_THREADS`` (``numba.config.NUMBA_NUM_THREADS``, read at each call, so
+    that ``NUMBA_NUM_THREADS=1`` keeps serving on the calling thread, as on a machine whose
+    other cores are busy)."""
+    import numba
+
+    return max(min(available_threads(), int(numba.config.NUMBA_NUM_THREADS)), 1)
 
 
 #: how many slices a loop with a progress label is cut into, to report its progress
@@ -106,3 +118,65 @@ def _run(
             advance(futures[future])
     if errors:
         raise errors[0]
+
+
+#: the helper threads of :func:`over_threads_now`, started on first use and kept
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers < workers:
+            _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hierbandit")
+        return _POOL
+
+
+def over_threads_now(
+    work: Callable[[int, int], None], n: int, threads: int | None = None, *, min_chunk: int = 1
+) -> None:
+    """:func:`over_threads` for short calls made often (a batch of requests served in a few
+    milliseconds): the same contiguous slices, but run by helper threads kept for the life of
+    the process, the calling thread taking the first slice, so that no thread is started per
+    call (starting a pool cost about 0.1 ms a call). ``work`` must not call this function
+    itself (its helpers would wait for one another).
+
+    Parameters
+    ----------
+    work, n, threads, min_chunk
+        As in :func:`over_threads`.
+
+    Raises
+    ------
+    Exception
+        The first exception any slice raised, after every slice has finished.
+    """
+    n = check_positive_int(n, "n", minimum=0)
+    threads = available_threads() if threads is None else check_positive_int(threads, "threads")
+    min_chunk = check_positive_int(min_chunk, "min_chunk")
+    parts = max(min(threads, n // min_chunk), 1)
+    pieces = _slices(n, parts)
+    if parts == 1:
+        for lo, hi in pieces:
+            work(lo, hi)
+        return
+    pool = _pool(parts - 1)
+    futures = [pool.submit(work, lo, hi) for lo, hi in pieces[1:]]
+    errors = []
+    try:
+        work(*pieces[0])
+    except Exception as exc:  # re-raised once the helpers are done
+        errors.append(exc)
+    for future in futures:
+        if future.exception() is not None:
+            errors.append(future.exception())
+    if errors:
+        raise errors[0]
+
+
+def beside(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+    """Run ``fn(*args, **kwargs)`` on a helper thread of :func:`over_threads_now` while the
+    caller goes on (work that releases the GIL: a NumPy generator filling an array, a ``nogil``
+    kernel); the caller must wait for the returned future before it uses the result."""
+    return _pool(1).submit(fn, *args, **kwargs)

@@ -312,8 +312,11 @@ def test_batched_unsupported_reasons():
     p._select = lambda j, x: 0
     assert "replaces the method(s) ['_select']" in batched_unsupported(p)
     q = EbmUCB(N, K, D)
-    q.G = q.G.astype(np.float32)
-    assert "['G']" in batched_unsupported(q)
+    q._pairs = q._pairs.astype(np.float32)
+    assert "['_pairs']" in batched_unsupported(q)
+    q = EbmUCB(N, K, D)
+    q._pair_slot = q._pair_slot.astype(np.int64)
+    assert "['_pair_slot']" in batched_unsupported(q)
     r = LinTS(N, K, D)
     r._sample_rng = np.random.RandomState(0)
     assert "_sample_rng is not a numpy Generator" in batched_unsupported(r)
@@ -367,7 +370,7 @@ def test_shared_generator_runs_in_order():
     assert not _independent(batched)
     e = EbmTS(N, K, D)
     e2 = EbmUCB(N, K, D)
-    e2.G = e.G[:]  # a view of another policy's array
+    e2._pairs = e._pairs[:]  # a view of another policy's array
     assert not _independent([e, e2])
     arms = run_batched(batched, inst, X, R, n_threads=2)
     for s in range(2):

@@ -153,8 +153,10 @@ def test_degenerate_data_keeps_finite_values():
         k = q.select(j, x)
         q.update(j, x, k, float(x @ beta[j]))
     assert np.all(q.sigma2 >= 1e-8) and q.sigma2.min() < 1e-6
-    for name in ("Sigma", "sigma2", "_beta0", "_Phi", "_Ct", "_A"):
+    for name in ("Sigma", "sigma2", "_beta0", "_Phi", "_empty"):
         assert np.all(np.isfinite(getattr(q, name))), name
+    # every (instance, arm) pair's record: C̃, A, b, G, q, n
+    assert np.all(np.isfinite(q._pairs[: q.n_pairs]))
     mu, tau = q.predict(0, rng.normal(size=d))
     assert np.all(np.isfinite(mu)) and np.all(np.isfinite(tau))
 

@@ -18,19 +18,20 @@ from hierbandit.ebm import EbmTS, EbmUCB, LinUCB
 from hierbandit.errors import InvalidFileError
 from tests.reliability.test_restore_rules import Crafted
 
-STATE = ("G", "b", "q", "n_obs", "Sigma", "sigma2", "gamma", "n_eff", "_Ct", "_A", "_P", "_r")
-STATE += ("_Phi", "_beta0", "pulls", "arrivals", "_rank_one_count", "_since_estimate")
+STATE = ("_pair_slot", "_pairs", "_empty", "Sigma", "sigma2", "gamma", "n_eff")
+STATE += ("_P", "_r", "_Phi", "_beta0", "pulls", "arrivals", "_rank_one_count", "_since_estimate")
 
 
 def _same_state(p1, p2):
-    n = p1.n_instances
-    assert n == p2.n_instances and p1.t == p2.t
+    """The same state bit for bit: the slot of every pair, the records, the arms' arrays."""
+    n, used = p1.n_instances, p1.n_pairs
+    assert n == p2.n_instances and p1.t == p2.t and used == p2.n_pairs
     for name in STATE:
         a, b = getattr(p1, name), getattr(p2, name)
-        if name in ("G", "b", "q", "n_obs", "_Ct", "_A"):
-            a, b = a[:, :n], b[:, :n]
-        elif name == "arrivals":
+        if name in ("_pair_slot", "arrivals"):
             a, b = a[:n], b[:n]
+        elif name == "_pairs":
+            a, b = a[:used], b[:used]
         assert np.array_equal(a, b, equal_nan=True), name
 
 

@@ -157,13 +157,14 @@ def _run_ebm(T, lead=0):
 
 def _check_ebm(policy, X, J, arms, Y):
     post = policy.posterior()
+    G = policy.G  # a dense copy built from the pairs
     for k in range(K):
         rows = arms == k
         st = suffstats(X[rows], Y[rows], J[rows], N)
         for j in range(N):
             Gj = st.G[j]
             if np.linalg.norm(Gj):
-                assert np.linalg.norm(policy.G[k, j] - Gj) <= 1e-9 * np.linalg.norm(Gj)
+                assert np.linalg.norm(G[k, j] - Gj) <= 1e-9 * np.linalg.norm(Gj)
         assert _is_spd(policy.Sigma[k]) and policy.sigma2[k] > 0
         ref = posterior_given_hyper(st.G, st.b, policy.Sigma[k], policy.sigma2[k], policy.lam)
         for j in range(N):

@@ -104,8 +104,8 @@ def _check_policy(pol):
     if hasattr(pol, "all_stats"):
         _psd(pol.all_stats.cov_unscaled())
         _psd(pol.forced_stats.cov_unscaled())
-    if hasattr(pol, "_Ct"):
-        _psd(pol._Ct)
+    if hasattr(pol, "_pairs"):  # ebm: C̃ of every (arm, instance), pairs and empty records
+        _psd(pol._dense("Ct"))
         _psd(pol._Phi)
     hyp = pol.hyperparameters()
     assert np.all(np.isfinite(hyp["sigma2"].values))
