@@ -74,11 +74,20 @@ def reestimate_slots(k, G, b, q, n_obs, Ct, A, state, options, cv_rng):
     under them: C̃ and A of the m instances into ``Ct``, ``A`` (m, d, d), and P_k, r_k, Φ_k,
     β̂_k0 in ``state``. ``options``: :meth:`~hierbandit.ebm.policy.EbmPolicy._row_options`.
     """
-    Sigma, sigma2, gamma, n_eff, P, r, Phi, beta0, P0, h0 = state[4:14]
-    need_u, cv_splits, eb, ml = options[1], options[5], options[6], options[7]
-    if ml[0]:  # hyper_method="ml": the online type-II ML step instead (docs/maths/ebm.md §7.5)
+    _reestimate_either(options[7], k, G, b, q, n_obs, Ct, A, state, options, cv_rng)
+
+
+@njit(**_JIT)
+def _reestimate_either(ml, k, G, b, q, n_obs, Ct, A, state, options, cv_rng):
+    """:func:`reestimate_slots` with ``ml`` = ``options[7]`` as an argument, so that the
+    compiler drops the branch the policy cannot take: ``ml`` is None under
+    ``hyper_method="eb"`` (the ML step is not compiled) and the ML settings under "ml" (the EB
+    step is not). Either step alone is most of the compile time of a rollout."""
+    if ml is not None:  # hyper_method="ml": the online type-II ML step (docs/maths/ebm.md §7.5)
         reestimate_ml_slots(k, G, b, q, n_obs, Ct, A, state, ml)
         return
+    Sigma, sigma2, gamma, n_eff, P, r, Phi, beta0, P0, h0 = state[4:14]
+    need_u, cv_splits, eb = options[1], options[5], options[6]
     splits = cv_splits if need_u else 0
     Sprev = Sigma[k].copy()
     s2, g, ne, _ok = K.reestimate_arm(

@@ -675,7 +675,8 @@ class EbmPolicy(Policy):
     @property
     def _ml_args(self) -> tuple:
         """The settings of :func:`_rows.reestimate_ml_slots` (whether ``hyper_method`` is "ml", then
-        the step's options), as Python scalars."""
+        the step's options), as Python scalars; the last entry of :meth:`_row_options` under
+        "ml" (None under "eb")."""
         o = self.eb_options
         return (
             self.hyper_method == "ml",
@@ -838,7 +839,7 @@ class EbmPolicy(Policy):
 
     def _row_options(self) -> tuple:
         """The settings of :func:`_rows.update_row`, as Python scalars (one compiled
-        signature)."""
+        signature per ``hyper_method``)."""
         return (
             bool(self._estimates_any),
             bool(self._need_uniforms),
@@ -847,7 +848,7 @@ class EbmPolicy(Policy):
             int(self.recompute_every),
             int(self.eb_options.cv_splits),
             tuple(self._eb_args),
-            self._ml_args,
+            self._ml_args if self.hyper_method == "ml" else None,
         )
 
     def _grow(self, n: int) -> None:
