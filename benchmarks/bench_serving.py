@@ -73,6 +73,7 @@ N_INSTANCES = 100
 N_LOG = 2_000
 NOISE = 0.5
 SPARSE_BUDGET = 0.1  # hyper_update_budget of the row that re-estimates less often
+STREAM_BATCHES = 30  # at most this many fresh batches in the --big section's sustained rows
 LOOP_WARM_CAP = 20_000  # rows of warm-up through a loop of update when update_batch is missing
 BIG = (100_000, 20, 10)  # users, arms, features of --big
 
@@ -692,6 +693,32 @@ def big(B: int, repeats: int) -> None:
             table.append([how, "select_batch, 1 thread", f"{B:,}", fmt_rate(sel1)])
         upd = rate(functools.partial(policy.update_batch, J, X, A, Y), B, repeats)
         table.append([how, "update_batch (rows)", f"{B:,}", fmt_rate(upd)])
+        # sustained: a stream of fresh batches (random users and arms, so new pairs too),
+        # long enough for every arm to re-estimate under the default schedule (K·N / budget
+        # rows) and capped at STREAM_BATCHES; the growth of the state, the periodic
+        # recomputations and the re-estimations that fall in it are included
+        n_batches = int(np.ceil(Kb * N / policy.hyper_update_budget / B)) + 1
+        n_batches = min(max(n_batches, 10), STREAM_BATCHES)
+        before = policy.pulls.copy()
+        pairs_before = policy.n_pairs
+        stream = [
+            (data.instances(B), data.contexts(B), data.rng.integers(0, Kb, B))
+            for _ in range(n_batches)
+        ]
+        stream = [(j, x, a, data.rewards(x, a)) for j, x, a in stream]
+        t0 = time.perf_counter()
+        for args in stream:
+            policy.update_batch(*args)
+        sustained = n_batches * B / (time.perf_counter() - t0)
+        table.append(
+            [how, f"update_batch (rows), a stream of {n_batches} fresh batches", f"{B:,}",
+             fmt_rate(sustained)]
+        )  # fmt: skip
+        notes.append(
+            f"{label}: the stream of {n_batches * B:,} rows gave {policy.n_pairs - pairs_before:,} "
+            f"new pairs; {int((policy._since_estimate < policy.pulls - before).sum())} of {Kb} "
+            "arms re-estimated their hyperparameters in it"
+        )
         notes.append(
             f"{label}: {N:,} warm rows through update_batch in {warm_s:.1f} s; state "
             f"{state_bytes(policy) / 1e9:.2f} GB, {policy.n_pairs:,} (user, arm) pairs"

@@ -766,7 +766,12 @@ class EbmPolicy(Policy):
         apply_rows, prepare_rows, arm_rows = _rows.rows_for_dimension(self.n_features)
         far = PR.far_records(self._pairs)
         B, Kn = J.shape[0], self.n_arms
-        if not self._estimates_any and B >= 2 * _THREAD_CHUNK and Kn > 1 and serving_threads() > 1:
+        if (
+            B >= 2 * _THREAD_CHUNK
+            and Kn > 1
+            and serving_threads() > 1
+            and not self._reestimates_within(Karr)
+        ):
             # no re-estimation (no draw, nothing shared between arms but the bookkeeping done
             # first, in order): the arms split over two threads, rows in order within an arm
             n_at = np.empty(B, dtype=np.int64)
@@ -788,6 +793,20 @@ class EbmPolicy(Policy):
         self._changed()
         self.t += int(J.shape[0])
 
+    def _reestimates_within(self, Karr: np.ndarray) -> bool:
+        """Whether a batch whose rows pull the arms ``Karr`` may re-estimate an arm's
+        hyperparameters (:func:`_rows.reestimate_due` at some row), erring towards yes: with
+        ``c_k`` rows of arm k, at the "every" schedule a multiple of the period falls in
+        (pulls_k, pulls_k + c_k]; at the default one (since_k + c_k) · budget reaches the
+        instances before the batch (n only grows within it)."""
+        if not self._estimates_any:
+            return False
+        c = np.bincount(Karr, minlength=self.n_arms)
+        if self._every > 0:
+            return bool(np.any((self.pulls + c) // self._every > self.pulls // self._every))
+        since = (self._since_estimate + c).astype(np.float64)
+        return bool(np.any((c > 0) & (since * float(self.hyper_update_budget) >= self.n_instances)))
+
     def _reserve_rows(self, J: np.ndarray, Karr: np.ndarray) -> None:
         """Room for the slots the rows (``J``, ``Karr``) give to pairs without data (the index
         has rows for every instance they name)."""
@@ -797,13 +816,14 @@ class EbmPolicy(Policy):
             self._reserve_pairs(self.n_pairs + new)
 
     def _reserve_pairs(self, n: int) -> None:
-        """Room for ``n`` records in :meth:`_pair_buffer`: it grows by half (and to at least
-        16 rows)."""
+        """Room for ``n`` records in :meth:`_pair_buffer`: it doubles (and grows to at least
+        16 rows). The spare rows are left uninitialised: a pair's record is written whole (a
+        copy of the arm's empty record) when it takes its slot, before anything reads it."""
         cap = self._pair_buffer().shape[0]
         if n <= cap:
             return
         used = self.n_pairs
-        buf = np.zeros((max(n, cap + cap // 2, 16), self._pairs.shape[1]))
+        buf = np.empty((max(n, 2 * cap, 16), self._pairs.shape[1]))
         buf[:used] = self._pairs
         self._pairs, self._pair_spare = buf[:used], buf
 

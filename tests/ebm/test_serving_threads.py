@@ -114,3 +114,52 @@ def test_updates_split_by_arm_equal_the_loop(cls, recompute_every, monkeypatch):
     _same_state(got[0], got[1])
     _same_state(got[1], loop)
     assert got[1].n_pairs == len(set(zip(J.tolist(), A.tolist(), strict=True)))
+
+
+@pytest.mark.parametrize("cls", [EbmTS, EbmUCB])
+@pytest.mark.parametrize(
+    ("kw", "split"),
+    [
+        ({"hyper_update_budget": 0.1}, True),  # the default schedule, nothing due in the batch
+        ({"hyper_update_budget": 10.0}, False),  # every N / 10 pulls: due within the batch
+        ({"hyper_update_every": 100_000}, True),
+        ({"hyper_update_every": 1_500}, False),
+        ({"hyper_method": "ml", "hyper_update_budget": 0.1}, True),
+        ({"hyper_method": "ml", "hyper_update_budget": 10.0}, False),
+    ],
+)
+def test_updates_with_estimated_hyperparameters_split_only_when_none_is_due(
+    cls, kw, split, monkeypatch
+):
+    """Estimating the hyperparameters, a large batch still runs its arms on two threads when
+    no arm is due for a re-estimation within it (no draw from the shared generator), and in
+    one pass in order otherwise: either way the state is the loop's, bit for bit."""
+    from tests.ebm.test_serving import _same_state
+
+    rng = np.random.default_rng(5)
+    n = 2 * B
+    J = rng.integers(0, 3_000, n)
+    X = rng.normal(size=(n, D))
+    A = rng.integers(0, K, n)
+    Y = X @ np.array([0.5, -1.0, 0.3]) + rng.normal(size=n)
+    splits = []
+    real_beside = policy.beside
+
+    def counting_beside(*args, **kwargs):
+        splits.append(1)
+        return real_beside(*args, **kwargs)
+
+    monkeypatch.setattr(policy, "beside", counting_beside)
+    monkeypatch.setattr(policy, "serving_threads", lambda: 2)
+    p = cls(None, K, D, rng=4, **kw)
+    p.update_batch(J[:B], X[:B], A[:B], Y[:B])  # warm: the re-estimations of the first pulls
+    splits.clear()
+    p.update_batch(J[B:], X[B:], A[B:], Y[B:])
+    assert bool(splits) == split
+    loop = cls(None, K, D, rng=4, **kw)
+    for j, x, k, y in zip(J.tolist(), X, A.tolist(), Y.tolist(), strict=True):
+        loop.update(j, x, k, y)
+    _same_state(p, loop)
+    assert p.hyperparameters()["Sigma"].values.tobytes() == (
+        loop.hyperparameters()["Sigma"].values.tobytes()
+    )
