@@ -61,20 +61,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _machine import load
 
 REPO = Path(__file__).resolve().parents[1]
 PRIOR = REPO / "models" / "movielens-ml" / "prior.nc"
 LOCUSTFILE = Path(__file__).resolve().parent / "locust_service.py"
 TARGET = 5_000
 STARTUP_TIMEOUT = 180.0
-
-
-def load() -> str:
-    try:
-        one, five, fifteen = os.getloadavg()
-    except OSError:
-        return "load average unknown"
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def say(message: str) -> None:

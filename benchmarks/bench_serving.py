@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import os
 import statistics
 import sys
 import time
@@ -63,6 +62,7 @@ from typing import Any
 
 import numba
 import numpy as np
+from _machine import load
 
 from hierbandit.ebm import EbmTS, EbmUCB, LinTS, LinUCB, Policy
 from hierbandit.stats.empirical_bayes import EBOptions
@@ -229,14 +229,6 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
 def progress(message: str) -> None:
     """A line on stderr while a long section runs (the tables go to stdout)."""
     print(f"... {message}", file=sys.stderr, flush=True)
-
-
-def load() -> str:
-    try:
-        one, five, fifteen = os.getloadavg()
-    except OSError:
-        return "load average unknown"
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 # ---------------------------------------------------------------------- peers

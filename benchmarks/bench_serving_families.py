@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from _machine import load
 
 from hierbandit.cascade.env import CascadeEnv, simulate_episode
 from hierbandit.cascade.policies import (
@@ -47,14 +47,6 @@ from hierbandit.cascade.policies import (
 )
 from hierbandit.sclub.env import ClusteredLinearEnv
 from hierbandit.sclub.policies import CLUB, SCLUB, LinUCBInd, LinUCBOne
-
-
-def load() -> str:
-    try:
-        one, five, fifteen = os.getloadavg()
-    except OSError:
-        return "load average unknown"
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def timed(make: Callable[[], Any], fn: Callable[[Any], Any], count: int, repeats: int) -> float:

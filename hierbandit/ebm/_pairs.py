@@ -508,6 +508,20 @@ def for_dimension(d: int) -> tuple[Any, Any, Any, Any]:
 
 
 @njit(inline="always", **_HOT)
+def _record_atb(d, pairs, s, out):
+    """``out`` = Aᵀb of the record of slot ``s`` (each entry summed over m = 0 … d − 1 in
+    order)."""
+    oA = d * d
+    ob = 2 * d * d
+    for i in range(d):
+        out[i] = 0.0
+    for m in range(d):
+        bm = pairs[s, ob + m]
+        for i in range(d):
+            out[i] += pairs[s, oA + m * d + i] * bm
+
+
+@njit(inline="always", **_HOT)
 def sherman_morrison_pair(d, x, y, pairs, s, P, r, Phi, beta0, sigma2, k, buf):
     """:func:`~hierbandit.stats.kernels.sherman_morrison_at` on the record of slot ``s`` (arm
     k): the O(d²) rank-one step in place, same arithmetic; False (nothing changed) where a
@@ -550,12 +564,7 @@ def sherman_morrison_pair(d, x, y, pairs, s, P, r, Phi, beta0, sigma2, k, buf):
         good = 0.5 <= den <= K.EBM_SM_LIMIT
     if not good:
         return False
-    for i in range(d):
-        old_r[i] = 0.0
-    for m in range(d):
-        bm = pairs[s, ob + m]
-        for i in range(d):
-            old_r[i] += pairs[s, oA + m * d + i] * bm
+    _record_atb(d, pairs, s, old_r)
     for i in range(d):
         old_r[i] = old_r[i] / sigma2
     for i in range(d):
@@ -586,12 +595,7 @@ def sherman_morrison_pair(d, x, y, pairs, s, P, r, Phi, beta0, sigma2, k, buf):
         for m in range(i):
             Phi[k, i, m] = Phi[k, m, i]
     # r += (new A)ᵀb/σ² − old term: the new sums into cx (free now), then as before
-    for i in range(d):
-        cx[i] = 0.0
-    for m in range(d):
-        bm = pairs[s, ob + m]
-        for i in range(d):
-            cx[i] += pairs[s, oA + m * d + i] * bm
+    _record_atb(d, pairs, s, cx)
     for i in range(d):
         r[k, i] += cx[i] / sigma2 - old_r[i]
     for i in range(d):

@@ -29,7 +29,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from hierbandit.ebm._pairs import refresh_empty_scores, request_moments
+from hierbandit.ebm._pairs import argmax_first, refresh_empty_scores, request_moments
 from hierbandit.ebm._rows import update_row
 from hierbandit.ebm.base import Policy
 from hierbandit.ebm.linear import LinTS, LinUCB, _index_scores
@@ -47,37 +47,26 @@ SUPPORTED = (EbmTS, EbmUCB, LinUCB, LinTS)
 # ---------------------------------------------------------------------- shared helpers
 @njit(**_JIT)
 def _argmax_tie(s, random_tie, tie_rng):
-    """``Policy._argmax``: NumPy's argmax (first maximum, NaN wins), then a uniform tie-break.
+    """``Policy._argmax``: NumPy's argmax (first maximum, NaN wins;
+    :func:`~hierbandit.ebm._pairs.argmax_first`), then a uniform tie-break.
 
     The tie draw is ``tie_rng.integers(0, n_ties)``, made only when there is a tie, as in
     :meth:`~hierbandit.ebm.base.Policy._argmax`.
     """
-    n = s.shape[0]
-    k = 0
-    best = s[0]
-    if not np.isnan(best):
-        for i in range(1, n):
-            v = s[i]
-            if np.isnan(v):
-                k = i
-                break
-            if v > best:
-                best = v
-                k = i
-    if random_tie:
+    k, tied = argmax_first(s)
+    if random_tie and tied:
         best = s[k]
         n_ties = 0
-        for i in range(n):
+        for i in range(s.shape[0]):
             if s[i] == best:
                 n_ties += 1
-        if n_ties > 1:
-            pick = tie_rng.integers(0, n_ties)
-            c = 0
-            for i in range(n):
-                if s[i] == best:
-                    if c == pick:
-                        return i
-                    c += 1
+        pick = tie_rng.integers(0, n_ties)
+        c = 0
+        for i in range(s.shape[0]):
+            if s[i] == best:
+                if c == pick:
+                    return i
+                c += 1
     return k
 
 

@@ -386,84 +386,18 @@ class EbmPolicy(Policy):
             return buf
         return self._pairs
 
-    def _arm_arrays(self, k: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The slots of arm k in instance order and their statistics and blocks as contiguous
-        arrays (``G``, ``Ct``, ``A`` (m, d, d), ``b`` (m, d), ``q``, ``n`` (m,))."""
-        col = self._pair_slot[: self.n_instances, k]
-        idx = col[col >= 0].astype(np.int64)
-        rec = PR.views(self._pairs[idx], self.n_features)
-        out = {name: np.ascontiguousarray(v) for name, v in rec.items()}
-        out["n"] = out["n"].astype(np.int64)
-        return idx, out
-
-    def _scatter_blocks(self, idx: np.ndarray, Ct: np.ndarray, A: np.ndarray) -> None:
-        dd = self.n_features**2
-        self._pairs[idx, :dd] = Ct.reshape(-1, dd)
-        self._pairs[idx, dd : 2 * dd] = A.reshape(-1, dd)
-
     def _recompute_arm(self, k: int) -> None:
-        """Posterior of arm k from its sufficient statistics with the current hyperparameters."""
-        idx, a = self._arm_arrays(k)
-        Ct, A = np.empty_like(a["G"]), np.empty_like(a["G"])
-        K.arm_posterior(
-            a["G"],
-            a["b"],
-            self.Sigma[k],
-            self.sigma2[k],
-            self._P0[k],
-            self._h0[k],
-            Ct,
-            A,
-            self._P[k],
-            self._r[k],
-            self._Phi[k],
-            self._beta0[k],
-        )
-        self._scatter_blocks(idx, Ct, A)
-        self._rank_one_count[k] = 0
+        """Posterior of arm k from its sufficient statistics with the current hyperparameters
+        (:func:`_rows.recompute_pairs`, as a row of ``update_batch`` does it)."""
+        _rows.recompute_pairs(k, self.n_instances, self._row_state())
 
     def _reestimate_arm(self, k: int) -> None:
         """Empirical-Bayes step of docs/maths/ebm.md §7.4 (or the type-II ML step of §7.5 with
-        ``hyper_method="ml"``) for arm k: Σ̂, σ̂², posterior."""
-        idx, a = self._arm_arrays(k)
-        Ct, A = np.empty_like(a["G"]), np.empty_like(a["G"])
-        if self.hyper_method == "ml":
-            _rows.reestimate_ml_slots(
-                k, a["G"], a["b"], a["q"], a["n"], Ct, A, self._row_state(), self._ml_args
-            )
-            self._scatter_blocks(idx, Ct, A)
-            PR.empty_record(self.Sigma[k], self.sigma2[k], self._empty[k])
-            self._rank_one_count[k] = 0
-            self._since_estimate[k] = 0
-            return
-        sigma2, gamma, n_eff, _ = K.reestimate_arm(
-            a["G"],
-            a["b"],
-            a["q"],
-            a["n"],
-            self._P0[k],
-            self._h0[k],
-            self.sigma2[k],
-            self.Sigma[k].copy(),
-            *self._eb_args[:9],
-            self._cv_rng,
-            int(self.eb_options.cv_splits) if self._need_uniforms else 0,
-            *self._eb_args[9:],
-            self.Sigma[k],
-            Ct,
-            A,
-            self._P[k],
-            self._r[k],
-            self._Phi[k],
-            self._beta0[k],
+        ``hyper_method="ml"``) for arm k: Σ̂, σ̂², posterior (:func:`_rows.reestimate_pairs`,
+        as a row of ``update_batch`` does it)."""
+        _rows.reestimate_pairs(
+            k, self.n_instances, self._row_state(), self._row_options(), self._cv_rng
         )
-        self._scatter_blocks(idx, Ct, A)
-        self.sigma2[k] = sigma2
-        self.gamma[k] = gamma
-        self.n_eff[k] = n_eff
-        PR.empty_record(self.Sigma[k], self.sigma2[k], self._empty[k])
-        self._rank_one_count[k] = 0
-        self._since_estimate[k] = 0
 
     def _alpha(self, j: int) -> float:
         if self.alpha_clock == "global":

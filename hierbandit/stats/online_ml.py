@@ -74,6 +74,19 @@ _HALVINGS = 40
 
 
 @njit(**_JIT)
+def _mm_into(X, Y, out):
+    """``out`` = X Y for d×d matrices, each entry summed over l in order (the loops the
+    kernels below would write out)."""
+    d = X.shape[0]
+    for i in range(d):
+        for k in range(d):
+            t = 0.0
+            for l in range(d):
+                t += X[i, l] * Y[l, k]
+            out[i, k] = t
+
+
+@njit(**_JIT)
 def _vech(p, q):
     """Index of entry (p, q) of a symmetric d×d matrix in the lower triangle, row by row."""
     if p < q:
@@ -166,12 +179,7 @@ def _fisher_vech(G, n, Ct, Phi, sigma2, out):
     for j in range(N):
         if n[j] == 0:
             continue
-        for i in range(d):
-            for k in range(d):
-                t = 0.0
-                for l in range(d):
-                    t += G[j, i, l] * Ct[j, l, k]
-                GC[i, k] = t
+        _mm_into(G[j], Ct[j], GC)
         trCG = 0.0
         trCGCG = 0.0
         for i in range(d):
@@ -204,12 +212,7 @@ def _fisher_vech(G, n, Ct, Phi, sigma2, out):
                 K3s[i, k] += t / sigma2
                 K2s[i, k] += K2[i, k]
         # T = ΦH, X = HΦH, M += K2 Φ H
-        for i in range(d):
-            for k in range(d):
-                t = 0.0
-                for l in range(d):
-                    t += Phi[i, l] * H[l, k]
-                T[i, k] = t
+        _mm_into(Phi, H, T)
         for i in range(d):
             for k in range(d):
                 t = 0.0
@@ -249,33 +252,13 @@ def _fisher_vech(G, n, Ct, Phi, sigma2, out):
                 if a != bb:
                     v += A[_vech(p, bb), _vech(a, s)]
                 S[w, p, s] = v
-        for p in range(d):
-            for s in range(d):
-                t = 0.0
-                for l in range(d):
-                    t += Phi[p, l] * S[w, l, s]
-                T[p, s] = t
-        for p in range(d):
-            for s in range(d):
-                t = 0.0
-                for l in range(d):
-                    t += T[p, l] * Phi[l, s]
-                Y[w, p, s] = t
+        _mm_into(Phi, S[w], T)
+        _mm_into(T, Phi, Y[w])
     # Φ (Σ K2) Φ
     PK = np.empty((d, d))
     Z = np.empty((d, d))
-    for i in range(d):
-        for k in range(d):
-            t = 0.0
-            for l in range(d):
-                t += Phi[i, l] * K2s[l, k]
-            PK[i, k] = t
-    for i in range(d):
-        for k in range(d):
-            t = 0.0
-            for l in range(d):
-                t += PK[i, l] * Phi[l, k]
-            Z[i, k] = t
+    _mm_into(Phi, K2s, PK)
+    _mm_into(PK, Phi, Z)
     for u in range(m):
         a, bb = ia[u], ib[u]
         for w in range(u + 1):

@@ -78,10 +78,7 @@ def over_threads(
     Exception
         The first exception any slice raised, after every slice has finished.
     """
-    n = check_positive_int(n, "n", minimum=0)
-    threads = available_threads() if threads is None else check_positive_int(threads, "threads")
-    min_chunk = check_positive_int(min_chunk, "min_chunk")
-    parts = max(min(threads, n // min_chunk), 1)
+    n, min_chunk, parts = _parts(n, threads, min_chunk)
     if label is None:
         _run(work, _slices(n, parts), parts, lambda k: None)
         return
@@ -89,6 +86,15 @@ def over_threads(
         _run(
             work, _slices(n, max(min(PROGRESS_SLICES, n // min_chunk), parts)), parts, task.advance
         )
+
+
+def _parts(n: int, threads: int | None, min_chunk: int) -> tuple[int, int, int]:
+    """The checked ``n`` and ``min_chunk``, and the number of slices: ``threads`` (default
+    :func:`available_threads`), but at least ``min_chunk`` items each, and at least one."""
+    n = check_positive_int(n, "n", minimum=0)
+    threads = available_threads() if threads is None else check_positive_int(threads, "threads")
+    min_chunk = check_positive_int(min_chunk, "min_chunk")
+    return n, min_chunk, max(min(threads, n // min_chunk), 1)
 
 
 def _slices(n: int, count: int) -> list[tuple[int, int]]:
@@ -152,10 +158,7 @@ def over_threads_now(
     Exception
         The first exception any slice raised, after every slice has finished.
     """
-    n = check_positive_int(n, "n", minimum=0)
-    threads = available_threads() if threads is None else check_positive_int(threads, "threads")
-    min_chunk = check_positive_int(min_chunk, "min_chunk")
-    parts = max(min(threads, n // min_chunk), 1)
+    n, min_chunk, parts = _parts(n, threads, min_chunk)
     pieces = _slices(n, parts)
     if parts == 1:
         for lo, hi in pieces:
