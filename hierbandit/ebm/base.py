@@ -555,14 +555,21 @@ class Policy(SharedStateMixin, ParamsMixin, ABC):
 
     def _argmax_rows(self, scores: np.ndarray) -> np.ndarray:
         """:meth:`_argmax` of every row, in order (the tie draws are the loop's)."""
-        k = scores.argmax(axis=1)
+        k = scores.argmax(axis=1).astype(np.int64)
         if self.tie_break == "random" and scores.shape[0]:
             best = scores[np.arange(scores.shape[0]), k]
-            ties = np.count_nonzero(scores == best[:, None], axis=1)
-            for i in np.flatnonzero(ties > 1):
-                idx = np.flatnonzero(scores[i] == best[i])
-                k[i] = idx[self._tie_rng.integers(idx.size)]
-        return k.astype(np.int64)
+            self._break_ties(k, np.count_nonzero(scores == best[:, None], axis=1) > 1, scores)
+        return k
+
+    def _break_ties(self, out: np.ndarray, tie: np.ndarray, scores: np.ndarray) -> None:
+        """With ``tie_break="random"``, replace the first maximum ``out[i]`` of every tied row
+        (``tie[i]``) by a uniform draw among the row's maxima from the tie-break stream, rows
+        in order, as :meth:`_argmax` draws in a loop."""
+        if self.tie_break != "random":
+            return
+        for i in np.flatnonzero(tie):
+            idx = np.flatnonzero(scores[i] == scores[i, out[i]])
+            out[i] = idx[self._tie_rng.integers(idx.size)]
 
     def _argmax(self, scores: np.ndarray) -> int:
         """Argmax with the configured tie-break (randomness only when a tie occurs)."""

@@ -308,10 +308,7 @@ class _RidgeBandit(Policy):
             serving_threads(),
             min_chunk=_THREAD_CHUNK,
         )
-        if self.tie_break == "random":
-            for i in np.flatnonzero(tie):
-                idx = np.flatnonzero(scores[i] == scores[i, out[i]])
-                out[i] = idx[self._tie_rng.integers(idx.size)]
+        self._break_ties(out, tie, scores)
         return out
 
     def add_arms(self, arms: Any) -> None:

@@ -493,10 +493,7 @@ class EbmPolicy(Policy):
         allowed ``mask[i]``), none forced (:meth:`_index`), and a tie draw from the tie-break
         stream for each tied request, in order, as :meth:`Policy._argmax` would."""
         out, tie, scores = self._index(J, X, mask)
-        if self.tie_break == "random":
-            for i in np.flatnonzero(tie):
-                idx = np.flatnonzero(scores[i] == scores[i, out[i]])
-                out[i] = idx[self._tie_rng.integers(idx.size)]
+        self._break_ties(out, tie, scores)
         return out
 
     def _index(
