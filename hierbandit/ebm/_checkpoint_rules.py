@@ -10,6 +10,7 @@ import numpy as np
 from hierbandit._restore import RULES, Rule
 from hierbandit._restore_rules import check_suffstats, count, fail, in_range, nonneg, positive, psd
 from hierbandit.ebm._pairs import record_width, views
+from hierbandit.ebm._rows import REBUILD_BUDGET
 
 __all__: list[str] = []
 
@@ -30,8 +31,10 @@ def _check_ebm(p: Any) -> None:
     if int(p.arrivals.sum()) != t:
         fail(f"arrivals sum to {int(p.arrivals.sum())}, not t = {t}")
     in_range(p.n_eff, 0, N + 1, "n_eff")
-    # an arm is recomputed once its count reaches recompute_every and N / budget (recompute_due)
-    bound = max(int(p.recompute_every), math.ceil(N / float(p.hyper_update_budget)), 1)
+    # an arm is rebuilt once its count reaches recompute_every and N / budget (recompute_due;
+    # REBUILD_BUDGET under recompute="local"), which resets it
+    budget = REBUILD_BUDGET if p.recompute == "local" else float(p.hyper_update_budget)
+    bound = max(int(p.recompute_every), math.ceil(N / budget), 1)
     in_range(p._rank_one_count, 0, bound, "_rank_one_count")
     psd(p.Sigma, "Sigma")
     positive(p.sigma2, "sigma2")

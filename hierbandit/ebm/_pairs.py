@@ -59,6 +59,7 @@ __all__ = [
     "refresh_empty_scores",
     "refresh_pair",
     "request_moments",
+    "rows_without_slot",
     "scatter_blocks",
     "sherman_morrison_pair",
 ]
@@ -175,6 +176,16 @@ def arm_slots(slot, n, k):
             out[c] = s
             c += 1
     return out
+
+
+@njit(**_JIT)
+def rows_without_slot(slot, J, arms):
+    """How many of the rows (instance ``J[i]``, arm ``arms[i]``) name a pair without a slot."""
+    c = 0
+    for i in range(J.shape[0]):
+        if slot[J[i], arms[i]] < 0:
+            c += 1
+    return c
 
 
 @njit(**_JIT)

@@ -26,7 +26,10 @@ from hierbandit.stats import kernels as K
 from hierbandit.stats import online_ml
 
 __all__ = [
+    "REBUILD_BUDGET",
     "apply_rows",
+    "drift_action",
+    "pair_refresh_due",
     "recompute_due",
     "recompute_pairs",
     "reestimate_due",
@@ -55,12 +58,45 @@ def reestimate_due(pulls_k, since_k, every, budget, n):
     return since_k * budget >= n
 
 
+#: with ``recompute="local"``, an arm is rebuilt from all its pairs' statistics after at least
+#: n / REBUILD_BUDGET of its incremental steps: the O(n d³) rebuild then costs at most
+#: 1/64 of a pair's recomputation per row amortised, whatever n and however many pairs the
+#: arm has (docs/decisions/ebm.md §3, ``recompute``)
+REBUILD_BUDGET = 1.0 / 64.0
+
+
 @njit(**_JIT)
 def recompute_due(count_k, recompute_every, budget, n):
     """Whether arm k is recomputed from its statistics after ``count_k`` incremental steps:
     at least ``recompute_every`` of them, and at least n / ``budget``, so that the O(n)
     recomputation costs O(budget · d³) per step amortised, as a re-estimation does."""
     return count_k >= recompute_every and count_k * budget >= n
+
+
+@njit(**_JIT)
+def pair_refresh_due(local, n_rows, recompute_every):
+    """Whether a pair's row, its ``n_rows``-th (this one included), refreshes the pair's blocks
+    from its statistics (O(d³), :func:`~hierbandit.ebm._pairs.refresh_pair`) instead of the
+    rank-one step: with ``recompute="local"`` (``local``), at every ``recompute_every``-th row
+    of the pair, so that no pair's C̃ and A carry more than that many rank-one steps of
+    rounding."""
+    return local and n_rows % recompute_every == 0
+
+
+@njit(**_JIT)
+def drift_action(local, count_k, recompute_every, budget, n):
+    """What arm k does after its ``count_k``-th incremental step: 2, rebuild the arm from its
+    pairs' statistics (:func:`recompute_pairs`, O(n d³)); 1, re-solve Φ and β̂₀ from the
+    arm's sums (:func:`~hierbandit.stats.kernels.shared_resolve`, O(d³)); 0, nothing.
+
+    ``recompute="arm"`` (``local`` False): 2 by :func:`recompute_due` with the policy's
+    ``budget``, else 0. ``recompute="local"``: 2 by :func:`recompute_due` with
+    :data:`REBUILD_BUDGET`, else 1 at every ``recompute_every``-th step, else 0."""
+    if not local:
+        return 2 if recompute_due(count_k, recompute_every, budget, n) else 0
+    if recompute_due(count_k, recompute_every, REBUILD_BUDGET, n):
+        return 2
+    return 1 if count_k % recompute_every == 0 else 0
 
 
 @njit(**_JIT)
@@ -214,6 +250,7 @@ def update_row(d, j, x, k, y, n, state, options, cv_rng, scratch, prepared=False
     P, r, Phi, beta0, P0 = state[8:13]
     pulls, arrivals, rank_one_count, since = state[14:]
     estimates_any, _need_u, every, budget, recompute_every = options[:5]
+    local = options[8]
     dd = d * d
     oG, oq = 2 * dd + d, 3 * dd + d
     s = slot[j, k]
@@ -236,14 +273,21 @@ def update_row(d, j, x, k, y, n, state, options, cv_rng, scratch, prepared=False
             pairs[s, 2 * dd + i] += x[i] * y
         reestimate_pairs(k, n, state, options, cv_rng)
     else:
-        # the O(d²) step in place, or, where it is ill-conditioned, the O(d³) refresh of the
-        # pair's blocks (kernels.observe_row); never O(n)
-        if not PR.sherman_morrison_pair(d, x, y, pairs, s, P, r, Phi, beta0, sigma2[k], k, scratch):
+        # the O(d²) step in place, or the O(d³) refresh of the pair's blocks where it is
+        # ill-conditioned (kernels.observe_row) or the pair is due (pair_refresh_due); never O(n)
+        if pair_refresh_due(
+            local, np.int64(pairs[s, oq + 1]), recompute_every
+        ) or not PR.sherman_morrison_pair(
+            d, x, y, pairs, s, P, r, Phi, beta0, sigma2[k], k, scratch
+        ):
             PR.refresh_pair(x, y, pairs, s, P, r, Phi, beta0, Sigma, sigma2, P0, k)
         rank_one_count[k] += 1
-        # the periodic recomputation bounds the rounding the incremental steps accumulate
-        if recompute_due(rank_one_count[k], recompute_every, budget, n):
+        # the periodic re-solve and rebuild bound the rounding the incremental steps accumulate
+        act = drift_action(local, rank_one_count[k], recompute_every, budget, n)
+        if act == 2:
             recompute_pairs(k, n, state)
+        elif act == 1:
+            K.shared_resolve(P[k], P0[k], r[k], Phi[k], beta0[k])
 
 
 @njit(**_JIT)
@@ -302,10 +346,12 @@ def rows_for_dimension(d: int) -> tuple[Any, Any, Any]:
         return n
 
     @njit(**PR._HOT)
-    def prepare_rows(J, arms, n0, state, n_at):
+    def prepare_rows(J, arms, n0, state, n_at, fresh):
         """The rows' bookkeeping that crosses arms, in order: new instances (``n_at[i]``, the
-        instances after row i), arrivals, and a slot for each pair at its first row."""
-        slot, pairs, n_pairs, empty, arrivals = state[0], state[1], state[2], state[3], state[15]
+        instances after row i), arrivals, and a slot for each pair at its first row
+        (``fresh[i]``: row i took it; :func:`arm_rows` writes the record, on the arm's
+        thread)."""
+        slot, n_pairs, arrivals = state[0], state[2], state[15]
         n = n0
         for i in range(J.shape[0]):
             j = J[i]
@@ -314,19 +360,20 @@ def rows_for_dimension(d: int) -> tuple[Any, Any, Any]:
                 n += 1
             n_at[i] = n
             arrivals[j] += 1
-            if slot[j, k] < 0:
+            fresh[i] = slot[j, k] < 0
+            if fresh[i]:
                 s = n_pairs[0]
                 n_pairs[0] = s + 1
-                pairs[s, :] = empty[k, :]
                 slot[j, k] = s
         return n
 
     @njit(**PR._HOT)
-    def arm_rows(lo, hi, J, X, arms, Y, n_at, state, options, cv_rng, far):
-        """The rows of arms ``lo`` ≤ k < ``hi``, in order, after :func:`prepare_rows`: arms
+    def arm_rows(lo, hi, J, X, arms, Y, n_at, fresh, state, options, cv_rng, far):
+        """The rows of arms ``lo`` ≤ k < ``hi``, in order, after :func:`prepare_rows` (a
+        pair's record starts as the arm's empty record at the row that took its slot): arms
         share nothing else while no hyperparameter is re-estimated (no draw from ``cv_rng``),
         so two calls on disjoint arms can run on two threads."""
-        slot, pairs = state[0], state[1]
+        slot, pairs, empty = state[0], state[1], state[3]
         scratch = np.empty((5, d))
         B = J.shape[0]
         ahead = 0  # the next row of these arms beyond the current one, for the hints
@@ -341,6 +388,8 @@ def rows_for_dimension(d: int) -> tuple[Any, Any, Any]:
                     ahead += 1
                 if ahead < B:
                     PR.prefetch_row(pairs, slot[J[ahead], arms[ahead]], width)
+            if fresh[i]:
+                pairs[slot[J[i], k], :] = empty[k, :]
             update_row(d, J[i], X[i], k, Y[i], n_at[i], state, options, cv_rng, scratch, True)
 
     return apply_rows_d, prepare_rows, arm_rows

@@ -115,10 +115,18 @@ class EbmPolicy(Policy):
         divides by σ² once too often (docs/decisions/ebm.md T3). The literal form exists only for
         comparison.
     recompute_every : int, default 10000
-        Recompute an arm from its sufficient statistics after this many consecutive
-        incremental updates (and at least N / ``hyper_update_budget`` of them, so that the
-        O(N) recomputation keeps the amortised cost of a step flat in N), discarding
-        accumulated rounding drift.
+        The period R of the drift control that bounds the rounding incremental
+        (Sherman–Morrison) updates accumulate; see ``recompute``.
+    recompute : {"local", "arm"}, default "local"
+        How accumulated rounding is discarded (docs/decisions/ebm.md §3). ``"local"``: every
+        R-th row of a pair recomputes that pair's blocks from its statistics (O(d³)), every
+        R-th incremental update of an arm re-solves Φ and β̂₀ from the arm's sums (O(d³)),
+        and after at least max(R, 64 N) of them the arm is rebuilt from all its pairs, so
+        that drift control costs at most a small constant per row whatever N and however
+        many users an arm has. ``"arm"`` (the rule before): the whole arm is rebuilt after
+        max(R, N / ``hyper_update_budget``) incremental updates, O(n_k d³) each time,
+        amortised up to ``hyper_update_budget`` pair recomputations per row once most users
+        have data in the arm.
     prior : HierarchicalPrior, optional
         A prior fitted to historical data (:func:`hierbandit.bayes.fit_prior`), or any object
         with arrays ``shared_mean`` (K, d), ``shared_cov`` (K, d, d), ``Sigma`` (K, d, d) and
@@ -166,6 +174,8 @@ class EbmPolicy(Policy):
         "hyper_method": lambda p: "eb",
         "ml_steps": lambda p: 3,
         "added_arms": lambda p: None,
+        # files written before the local drift control ran the whole-arm rule: they keep it
+        "recompute": lambda p: "arm",
         # the dense layout of older checkpoints, converted (docs/decisions/ebm.md S2)
         "_pair_slot": lambda p: _from_dense(p)["_pair_slot"],
         "_pairs": lambda p: _from_dense(p)["_pairs"],
@@ -205,6 +215,7 @@ class EbmPolicy(Policy):
         ml_steps: int = 3,
         mean_formula: str = "4.2",
         recompute_every: int = 10_000,
+        recompute: str = "local",
         prior: Any = None,
         prior_mode: str = "init",
         instances: Any = None,
@@ -253,6 +264,7 @@ class EbmPolicy(Policy):
         self.alpha_clock = check_choice(alpha_clock, ("global", "instance"), "alpha_clock")
         self.mean_formula = check_choice(mean_formula, ("4.2", "4.4-literal"), "mean_formula")
         self.recompute_every = check_positive_int(recompute_every, "recompute_every")
+        self.recompute = check_choice(recompute, ("local", "arm"), "recompute")
         if eb_options is None:
             eb_options = EBOptions()
         elif not isinstance(eb_options, EBOptions):
@@ -572,8 +584,10 @@ class EbmPolicy(Policy):
             self._reestimate_arm(k)
         else:
             # rank-one, or the pair's blocks refreshed where that is ill-conditioned (a row
-            # large against what the arm knows): O(d³) at most, whatever the number of users
-            K.observe_row(
+            # large against what the arm knows) or the pair is due: O(d³) at most, whatever
+            # the number of users (the order of _rows.update_row)
+            local = self.recompute == "local"
+            args = (
                 x,
                 y,
                 rec["G"],
@@ -588,14 +602,22 @@ class EbmPolicy(Policy):
                 self.sigma2[k],
                 self._P0[k],
             )
+            if _rows.pair_refresh_due(local, int(row[oq + 1]), self.recompute_every):
+                K.refresh_instance(*args)
+            else:
+                K.observe_row(*args)
             self._rank_one_count[k] += 1
-            if _rows.recompute_due(
+            act = _rows.drift_action(
+                local,
                 self._rank_one_count[k],
                 self.recompute_every,
                 self.hyper_update_budget,
                 self.n_instances,
-            ):
+            )
+            if act == 2:
                 self._recompute_arm(k)
+            elif act == 1:
+                K.shared_resolve(self._P[k], self._P0[k], self._r[k], self._Phi[k], self._beta0[k])
 
     @property
     def _eb_args(self) -> tuple:
@@ -706,10 +728,11 @@ class EbmPolicy(Policy):
             # no re-estimation (no draw, nothing shared between arms but the bookkeeping done
             # first, in order): the arms split over two threads, rows in order within an arm
             n_at = np.empty(B, dtype=np.int64)
-            n = prepare_rows(J, Karr, self.n_instances, state, n_at)
+            fresh = np.empty(B, dtype=np.bool_)
+            n = prepare_rows(J, Karr, self.n_instances, state, n_at, fresh)
             counts = np.cumsum(np.bincount(Karr, minlength=Kn))
             cut = int(np.clip(np.searchsorted(counts, counts[-1] / 2), 1, Kn - 1))
-            args = (J, X, Karr, Y, n_at, state, self._row_options(), self._cv_rng, far)
+            args = (J, X, Karr, Y, n_at, fresh, state, self._row_options(), self._cv_rng, far)
             other = beside(arm_rows, cut, Kn, *args)
             try:
                 arm_rows(0, cut, *args)
@@ -740,21 +763,22 @@ class EbmPolicy(Policy):
 
     def _reserve_rows(self, J: np.ndarray, Karr: np.ndarray) -> None:
         """Room for the slots the rows (``J``, ``Karr``) give to pairs without data (the index
-        has rows for every instance they name)."""
-        miss = self._pair_slot[J, Karr] < 0
-        if miss.any():
-            new = np.unique(J[miss] * self.n_arms + Karr[miss]).size
-            self._reserve_pairs(self.n_pairs + new)
+        has rows for every instance they name): one per row of such a pair, a bound (a pair's
+        second row in the batch takes none) that is cheaper than counting distinct pairs."""
+        miss = PR.rows_without_slot(self._pair_slot, J, Karr)
+        if miss:
+            self._reserve_pairs(self.n_pairs + miss)
 
-    def _reserve_pairs(self, n: int) -> None:
+    def _reserve_pairs(self, n: int, exact: bool = False) -> None:
         """Room for ``n`` records in :meth:`_pair_buffer`: it doubles (and grows to at least
-        16 rows). The spare rows are left uninitialised: a pair's record is written whole (a
-        copy of the arm's empty record) when it takes its slot, before anything reads it."""
+        16 rows), or grows to ``n`` exactly (``exact``, :meth:`reserve`). The spare rows are
+        left uninitialised: a pair's record is written whole (a copy of the arm's empty
+        record) when it takes its slot, before anything reads it."""
         cap = self._pair_buffer().shape[0]
         if n <= cap:
             return
         used = self.n_pairs
-        buf = np.empty((max(n, 2 * cap, 16), self._pairs.shape[1]))
+        buf = np.empty((n if exact else max(n, 2 * cap, 16), self._pairs.shape[1]))
         buf[:used] = self._pairs
         self._pairs, self._pair_spare = buf[:used], buf
 
@@ -800,6 +824,7 @@ class EbmPolicy(Policy):
             int(self.eb_options.cv_splits),
             tuple(self._eb_args),
             self._ml_args if self.hyper_method == "ml" else None,
+            self.recompute == "local",
         )
 
     def _grow(self, n: int) -> None:
@@ -825,6 +850,33 @@ class EbmPolicy(Policy):
             self.arrivals = self.arrivals[:n].copy()
 
     # ------------------------------------------------------------------ public
+    def reserve(self, pairs: int) -> None:
+        """Make room for ``pairs`` (instance, arm) records now, and commit its memory.
+
+        A pair's record (3d² + d + 2 values) is allocated at its first row of feedback, in a
+        buffer that doubles when full: a batch that fills it copies every record and touches
+        fresh memory, a pause on the serving path that grows with the state (about 0.5 s at
+        3·10⁵ pairs of d = 10 on the benchmark machine, docs/decisions/ebm.md S3). A service
+        that expects about ``pairs`` pairs can pay that once, at start-up: the buffer then
+        holds at least that many records (``pairs`` × (3d² + d + 2) × 8 bytes), written once
+        so that the operating system backs them, and new pairs up to that many take no
+        allocation. It changes no value of the state, and checkpoints do not keep the spare
+        room (call it again after :meth:`load`).
+
+        Parameters
+        ----------
+        pairs : int
+            Records to hold, those in use included (``n_pairs``); at most 2³¹ − 1 (the slot
+            index is 32-bit). Fewer than the buffer holds already commits what it holds.
+        """
+        n = check_positive_int(pairs, "pairs", minimum=0)
+        if n > np.iinfo(np.int32).max:
+            raise ValueError(f"pairs must be at most {np.iinfo(np.int32).max} (got {n})")
+        with self._lock:
+            self._reserve_pairs(n, exact=True)
+            buf = self._pair_buffer()
+            buf[self.n_pairs :] = 0.0  # the spare rows, written whole before any is read
+
     def add_arms(self, arms: Any, prior: Any = None) -> None:
         """Add arms to the running policy; :meth:`select` and :meth:`select_batch` consider
         them from the next call, and checkpoints keep them.

@@ -429,6 +429,16 @@ def _shared_solve(P, P0, Phi, r, beta0, L, Li):
 
 
 @njit(**_JIT)
+def shared_resolve(P, P0, r, Phi, beta0):
+    """Φ = P⁻¹ and β̂₀ = Φr re-solved from the arm's sums P and r (:func:`_shared_solve`,
+    O(d³)): what an arm's incremental Sherman–Morrison updates of Φ approximate, without
+    their accumulated rounding. Returns the inverse's flag."""
+    d = r.shape[0]
+    buf = np.empty((2, d, d))
+    return _shared_solve(P, P0, Phi, r, beta0, buf[0], buf[1])
+
+
+@njit(**_JIT)
 def instance_moments_root(Ct, A, b, beta0, PhiRoot, sigma2, mean, cov):
     """β̂_j = A β̂₀ + C̃ b and C_j = σ² C̃ + (AF)(AF)ᵀ for one (arm, instance), F Fᵀ = Φ.
 

@@ -29,8 +29,15 @@ FIXED = EBOptions(estimate_Sigma=False, estimate_sigma2=False)
 CONFIGS = {
     "default": {},
     "every-pull": {"hyper_update_every": 1},
-    "budget-1-recompute-3": {"hyper_update_budget": 1.0, "recompute_every": 3},
-    "fixed": {"eb_options": FIXED, "recompute_every": 5, "hyper_update_budget": 1.0},
+    # the dense layout ran the whole-arm drift control (recompute="arm"), which these
+    # configurations exercise
+    "budget-1-recompute-3": {"hyper_update_budget": 1.0, "recompute_every": 3, "recompute": "arm"},
+    "fixed": {
+        "eb_options": FIXED,
+        "recompute_every": 5,
+        "hyper_update_budget": 1.0,
+        "recompute": "arm",
+    },
 }
 
 
