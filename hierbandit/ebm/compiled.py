@@ -6,7 +6,7 @@ horizon of a policy inside one compiled function instead of calling ``policy._se
 ``numba.get_num_threads()`` threads (set by ``NUMBA_NUM_THREADS``).
 
 The compiled loop is the per-seed Python loop written out: it works in place on the policy's
-own arrays, calls the same numba kernels (``request_moments`` and ``update_row`` of
+own arrays, calls the same numba kernels (``request_moments`` and ``row_step`` of
 :mod:`hierbandit.ebm._pairs` and :mod:`hierbandit.ebm._rows`, which call ``reestimate_arm`` and
 ``arm_posterior`` of :mod:`hierbandit.stats.kernels`; ``_index_scores`` and ``ridge_add`` for
 the ridge bandits) with the same arguments, draws from the policy's own
@@ -30,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from hierbandit.ebm._pairs import argmax_first, refresh_empty_scores, request_moments
-from hierbandit.ebm._rows import update_row
+from hierbandit.ebm._rows import DONE, finish_row, row_arrays, row_settings, row_step
 from hierbandit.ebm.base import Policy
 from hierbandit.ebm.linear import LinTS, LinUCB, _index_scores
 from hierbandit.ebm.policy import EbmTS, EbmUCB
@@ -110,7 +110,7 @@ def _ebm_run(
 
     ``flags`` = (Thompson?, random tie-break?, global forced init?, global α clock?, literal
     (4.4)?, no forced init?). ``state`` and ``options`` are the policy's ``_row_state()`` and
-    ``_row_options()`` (:func:`~hierbandit.ebm._rows.update_row`), with room in the records for
+    ``_row_options()`` (:func:`~hierbandit.ebm._rows.row_step`), with room in the records for
     every pair the rollout can give its first row; ``cache`` and ``dirty`` its empty-instance
     score terms (:func:`~hierbandit.ebm._pairs.refresh_empty_scores`).
     """
@@ -126,6 +126,7 @@ def _ebm_run(
     c = np.empty(X.shape[1])
     w = np.empty(X.shape[1] * (X.shape[1] + 1) // 2)
     scratch = np.empty((5, X.shape[1]))
+    arrays, settings = row_arrays(state), row_settings(options)  # unpacked once
     t = t0
     for step in range(T):
         j = inst[step]
@@ -157,7 +158,9 @@ def _ebm_run(
         y = R[step, k]
         # ---- _update
         t += 1
-        update_row(x.shape[0], j, x, k, y, N, state, options, cv_rng, scratch)
+        code = row_step(x.shape[0], j, x, k, y, N, arrays, settings, scratch, False)
+        if code != DONE:
+            finish_row(code, k, N, state, options, cv_rng)
         dirty[k] = True
     return t
 

@@ -585,7 +585,7 @@ class EbmPolicy(Policy):
         else:
             # rank-one, or the pair's blocks refreshed where that is ill-conditioned (a row
             # large against what the arm knows) or the pair is due: O(d³) at most, whatever
-            # the number of users (the order of _rows.update_row)
+            # the number of users (the order of _rows.row_step)
             local = self.recompute == "local"
             args = (
                 x,
@@ -783,7 +783,7 @@ class EbmPolicy(Policy):
         self._pairs, self._pair_spare = buf[:used], buf
 
     def _row_state(self) -> tuple:
-        """The arrays a row of feedback changes or reads, for :func:`_rows.update_row` (the
+        """The arrays a row of feedback changes or reads, for :func:`_rows.row_step` (the
         records' buffer and a counter of the records in use: :meth:`_rows_applied` takes the
         new ones into ``_pairs`` after the kernel)."""
         return (
@@ -813,7 +813,7 @@ class EbmPolicy(Policy):
         self._pairs = state[1][: int(state[2][0])]
 
     def _row_options(self) -> tuple:
-        """The settings of :func:`_rows.update_row`, as Python scalars (one compiled
+        """The settings of :func:`_rows.row_step`, as Python scalars (one compiled
         signature per ``hyper_method``)."""
         return (
             bool(self._estimates_any),

@@ -198,7 +198,7 @@ def test_reestimation_reads_the_slots_as_the_dense_layout(sparse_policy, k, opti
 
 def test_python_update_equals_the_compiled_row(sparse_policy):
     """The Python ``_update`` (numpy views of the records, kernels.observe_row, a numpy gather
-    for re-estimation) and the compiled update_row leave the same state."""
+    for re-estimation) and the compiled row_step leave the same state."""
     py, nb = copy.deepcopy(sparse_policy), copy.deepcopy(sparse_policy)
     rng = np.random.default_rng(8)
     J = rng.integers(0, 60, 300)
