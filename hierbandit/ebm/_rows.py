@@ -332,8 +332,9 @@ def finish_row(code, k, n, state, options, cv_rng):
 
 @njit(**_JIT)
 def apply_rows(J, X, arms, Y, n0, state, options, cv_rng):
-    """:func:`row_step` and :func:`finish_row` over rows ``(J[i], X[i], arms[i], Y[i])`` in order; ``J[i] == n``
-    (the current number of instances) is a new instance. Returns the final n.
+    """:func:`row_step` and :func:`finish_row` over rows ``(J[i], X[i], arms[i], Y[i])`` in
+    order; ``J[i] == n`` (the current number of instances) is a new instance. Returns the
+    final n.
 
     The index must have rows for every instance the rows name, and ``pairs`` room for every
     pair they give its first row (the caller grows them).
@@ -448,6 +449,16 @@ def rows_for_dimension(d: int) -> tuple[Any, Any, Any]:
                 pairs[slot[J[i], k], :] = empty[k, :]
             code = row_step(d, J[i], X[i], k, Y[i], n_at[i], arrays, settings, scratch, True)
             if code != DONE:
+                if code == REBUILD:
+                    # the rebuild reads every slot of the arm, and prepare_rows gave slots to
+                    # the pairs whose first row comes later in the batch: their records are
+                    # written now (a pair without rows adds nothing to the arm's sums, and the
+                    # rebuild gives it the empty blocks, as the loop does at its first row)
+                    for u in range(t + 1, m):
+                        a = mine[u]
+                        if fresh[a] and arms[a] == k:
+                            pairs[slot[J[a], k], :] = empty[k, :]
+                            fresh[a] = False
                 finish_row(code, k, n_at[i], state, options, cv_rng)
 
     return apply_rows_d, prepare_rows, arm_rows

@@ -87,15 +87,19 @@ def test_over_threads_now_covers_every_item_once_and_raises_the_first_error():
 
 @pytest.mark.parametrize("cls", [EbmTS, EbmUCB])
 @pytest.mark.parametrize("recompute_every", [10_000, 3])
-def test_updates_split_by_arm_equal_the_loop(cls, recompute_every, monkeypatch):
+@pytest.mark.parametrize("recompute", ["local", "arm"])
+def test_updates_split_by_arm_equal_the_loop(cls, recompute_every, recompute, monkeypatch):
     """With both hyperparameters fixed, a large batch of feedback runs its arms on two threads
     (after the bookkeeping that crosses arms): the state is the loop's, bit for bit, with new
-    instances, new pairs and the periodic recomputation within the batch."""
+    instances, new pairs and the drift control within the batch (with R = 3: under "local"
+    pairs' refreshes and arms' re-solves, under "arm" with this budget the rebuild of an arm
+    every 3 rows, while pairs whose first row comes later in the batch hold slots already)."""
     from hierbandit.stats.empirical_bayes import EBOptions
     from tests.ebm.test_serving import _same_state
 
     fixed = EBOptions(estimate_Sigma=False, estimate_sigma2=False)
-    kw = {"eb_options": fixed, "recompute_every": recompute_every, "hyper_update_budget": 1e6}
+    kw = {"eb_options": fixed, "recompute_every": recompute_every, "hyper_update_budget": 1e6,
+          "recompute": recompute}  # fmt: skip
     rng = np.random.default_rng(3)
     J = rng.integers(0, 3_000, B)  # instances arrive within the batch (codes in first-seen order)
     X = rng.normal(size=(B, D))
