@@ -319,6 +319,7 @@ def test_decide_batch_matches_decide_and_estimates():
     assert model.clone().get_params() == model.get_params()
 
 
+@pytest.mark.filterwarnings("ignore:features not given:UserWarning")  # not what is tested
 def test_fit_accepts_table():
     ds = _data(U=8, J=2, d=3, n=200)
     df = ds.to_frame()

@@ -38,6 +38,7 @@ def test_dataset_validation_names_the_argument():
         OfflineDataset([0, 1, 2], np.ones(3), [0.0, 1.0, 1.0])
 
 
+@pytest.mark.filterwarnings("ignore:features not given:UserWarning")  # not what is tested
 def test_dataset_suffstats_and_frame_roundtrip(tmp_path):
     rng = np.random.default_rng(0)
     users = rng.integers(0, 6, size=50)

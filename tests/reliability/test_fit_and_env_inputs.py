@@ -56,6 +56,7 @@ def _log(n_rows, seed):
     return pd.DataFrame({"instance": inst, "arm": arm, "reward": y, "x0": X[:, 0], "x1": X[:, 1]})
 
 
+@pytest.mark.filterwarnings("ignore:features not given:UserWarning")  # not what is tested
 @SETTINGS
 @given(
     n_rows=st.integers(0, 60),
@@ -85,6 +86,7 @@ def test_fit_prior_eb_valid_or_clear_error(n_rows, corruption, drop, position, s
     pd.testing.assert_frame_equal(df, before)
 
 
+@pytest.mark.filterwarnings("ignore:features not given:UserWarning")  # not what is tested
 @SETTINGS
 @given(
     features=st.sampled_from([None, ["x0"], ["x0", "x1"], ["nope"], [], "x0", ["x0", "x0"], [1]]),

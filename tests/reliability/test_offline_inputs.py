@@ -213,6 +213,7 @@ def _frame(kind, i):
     return df, features
 
 
+@pytest.mark.filterwarnings("ignore:features not given:UserWarning")  # not what is tested
 @SETTINGS
 @given(case=st.sampled_from(FRAME_CASES), i=st.integers(0, 10**6))
 def test_read_offline_table_validates(case, i):

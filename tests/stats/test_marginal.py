@@ -328,6 +328,7 @@ def test_validation_errors_name_the_argument(rng):
         fit_type2_ml(np.zeros((2, d, d)), np.zeros((2, d)), np.zeros(2), np.zeros(2, dtype=int))
 
 
+@pytest.mark.filterwarnings("ignore:features not given:UserWarning")  # not what is tested
 def test_ml_reaches_the_maximum_on_the_movielens_log():
     """Regression: from the OLS-scatter start alone L-BFGS-B stopped 16.7 log-likelihood units
     short on one arm of the default log; the multi-start must match a fit started at Σ = I."""
