@@ -672,7 +672,7 @@ def _ebm_synthetic_log(seed: int = 0):
             **{f"x{i}": ro.context[:, i] for i in range(env.n_features)},
         }
     )
-    return env, read_log(df)
+    return env, read_log(df, features=[f"x{i}" for i in range(env.n_features)])
 
 
 @pytest.mark.slow
@@ -752,7 +752,7 @@ def test_defaults_at_150_instances_of_a_sparse_log() -> None:
     """The issue's size: 150 instances, K = 5, d = 3, rows in 2-3 arms of 5 (B13)."""
     from hierbandit.bayes import fit_prior
 
-    log = read_log(_movielens_like_frame(150))
+    log = read_log(_movielens_like_frame(150), features=["x0", "x1", "x2"])
     prior = fit_prior(log, method="ml")
     start = time.perf_counter()
     res = compare_closed_form(log, prior, progressbar=False, random_seed=1)
