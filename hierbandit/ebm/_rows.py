@@ -31,6 +31,7 @@ __all__ = [
     "REBUILD",
     "REBUILD_BUDGET",
     "REESTIMATE",
+    "RESOLVE",
     "apply_rows",
     "drift_action",
     "finish_row",
@@ -90,20 +91,25 @@ def pair_refresh_due(local, n_rows, recompute_every):
     return local and n_rows % recompute_every == 0
 
 
+#: the steps a row can leave over an arm: nothing; the arm's re-estimation
+#: (:func:`reestimate_pairs`); its rebuild from its pairs' statistics (:func:`recompute_pairs`,
+#: O(n d³)); the re-solve of Φ and β̂₀ from its sums
+#: (:func:`~hierbandit.stats.kernels.shared_resolve`, O(d³))
+DONE, REESTIMATE, REBUILD, RESOLVE = 0, 1, 2, 3
+
+
 @njit(**_JIT)
 def drift_action(local, count_k, recompute_every, budget, n):
-    """What arm k does after its ``count_k``-th incremental step: 2, rebuild the arm from its
-    pairs' statistics (:func:`recompute_pairs`, O(n d³)); 1, re-solve Φ and β̂₀ from the
-    arm's sums (:func:`~hierbandit.stats.kernels.shared_resolve`, O(d³)); 0, nothing.
+    """What arm k does after its ``count_k``-th incremental step: REBUILD, RESOLVE or DONE.
 
-    ``recompute="arm"`` (``local`` False): 2 by :func:`recompute_due` with the policy's
-    ``budget``, else 0. ``recompute="local"``: 2 by :func:`recompute_due` with
-    :data:`REBUILD_BUDGET`, else 1 at every ``recompute_every``-th step, else 0."""
+    ``recompute="arm"`` (``local`` False): REBUILD by :func:`recompute_due` with the policy's
+    ``budget``, else DONE. ``recompute="local"``: REBUILD by :func:`recompute_due` with
+    :data:`REBUILD_BUDGET`, else RESOLVE at every ``recompute_every``-th step, else DONE."""
     if not local:
-        return 2 if recompute_due(count_k, recompute_every, budget, n) else 0
+        return REBUILD if recompute_due(count_k, recompute_every, budget, n) else DONE
     if recompute_due(count_k, recompute_every, REBUILD_BUDGET, n):
-        return 2
-    return 1 if count_k % recompute_every == 0 else 0
+        return REBUILD
+    return RESOLVE if count_k % recompute_every == 0 else DONE
 
 
 @njit(**_JIT)
@@ -243,11 +249,6 @@ def recompute_pairs(k, n, state):
     state[16][k] = 0
 
 
-#: what :func:`row_step` leaves to its caller: nothing, the arm's re-estimation
-#: (:func:`reestimate_pairs`), or its rebuild (:func:`recompute_pairs`)
-DONE, REESTIMATE, REBUILD = 0, 1, 2
-
-
 @njit(inline="always", **PR._HOT)
 def row_step(d, j, x, k, y, n, arrays, settings, scratch, prepared):
     """One row of ``EbmPolicy._update`` (the caller increments t), except the steps over all
@@ -300,9 +301,10 @@ def row_step(d, j, x, k, y, n, arrays, settings, scratch, prepared):
     rank_one_count[k] += 1
     # the periodic re-solve and rebuild bound the rounding the incremental steps accumulate
     act = drift_action(local, rank_one_count[k], recompute_every, budget, n)
-    if act == 1:
+    if act == RESOLVE:
         K.shared_resolve(P[k], P0[k], r[k], Phi[k], beta0[k])
-    return REBUILD if act == 2 else DONE
+        return DONE
+    return act
 
 
 @njit(inline="always", **_JIT)

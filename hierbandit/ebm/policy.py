@@ -614,9 +614,9 @@ class EbmPolicy(Policy):
                 self.hyper_update_budget,
                 self.n_instances,
             )
-            if act == 2:
+            if act == _rows.REBUILD:
                 self._recompute_arm(k)
-            elif act == 1:
+            elif act == _rows.RESOLVE:
                 K.shared_resolve(self._P[k], self._P0[k], self._r[k], self._Phi[k], self._beta0[k])
 
     @property

@@ -75,8 +75,8 @@ _HALVINGS = 40
 
 @njit(**_JIT)
 def _mm_into(X, Y, out):
-    """``out`` = X Y for d×d matrices, each entry summed over l in order (the loops the
-    kernels below would write out)."""
+    """``out`` = X Y for square matrices of one size, each entry summed over l in order (the
+    loops the kernels below would write out)."""
     d = X.shape[0]
     for i in range(d):
         for k in range(d):
@@ -333,12 +333,7 @@ def _theta_gradient_fisher(L, sigma2, gS, dsig, Iv, g, It):
         g[u] = t
     g[m] = dsig * sigma2
     IJ = np.empty((m, m))
-    for w in range(m):
-        for u in range(m):
-            t = 0.0
-            for v in range(m):
-                t += Iv[w, v] * J[v, u]
-            IJ[w, u] = t
+    _mm_into(Iv[:m, :m], J, IJ)
     for u in range(m):
         for x in range(u + 1):
             t = 0.0
